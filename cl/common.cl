@@ -1,0 +1,124 @@
+/* Helpers shared by every flashcl kernel. OpenCL C 1.2, no extensions.
+ *
+ * The host prepends a prelude that defines:
+ *   FCL_LWS  work-group size of the row kernels (a power of two)
+ */
+#ifndef FCL_LWS
+#define FCL_LWS 64
+#endif
+
+#define FCL_FLAG_LOG 1u  /* log-softmax */
+#define FCL_FLAG_MASK 2u /* an additive float32 mask is given */
+#define FCL_FLAG_LSE 4u  /* write the log-sum-exp of each row */
+
+#define FCL_CAT_(a, b) a##_##b
+#define FCL_CAT(a, b) FCL_CAT_(a, b)
+
+/* ---- Storage types: every value is converted to float32 on load. ---- */
+#define fcl_storage_f32 float
+#define fcl_storage_f16 half /* a pointer target only: no cl_khr_fp16 needed */
+#define fcl_storage_bf16 ushort
+
+float fcl_load_f32(__global const float *p, ulong i) { return p[i]; }
+float fcl_load_f16(__global const half *p, ulong i) { return vload_half(i, p); }
+float fcl_load_bf16(__global const ushort *p, ulong i) { return as_float((uint)p[i] << 16); }
+
+void fcl_store_f32(__global float *p, ulong i, float v) { p[i] = v; }
+void fcl_store_f16(__global half *p, ulong i, float v) { vstore_half_rte(v, i, p); }
+void fcl_store_bf16(__global ushort *p, ulong i, float v)
+{
+    uint u = as_uint(v);
+    /* Round to nearest even; a NaN must stay a NaN (rounding could carry it to inf). */
+    u = isnan(v) ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u);
+    p[i] = (ushort)(u >> 16);
+}
+
+/* ---- Online softmax statistics (ALGORITHMS.md section 2) ----
+ * A state is (m, d): m the running max, d the sum of exp(x - m) over what was seen.
+ * m never becomes NaN (comparisons with NaN are false); a NaN travels in d instead. */
+
+/* Kahan-compensated accumulation: one work-item may add millions of terms. */
+void fcl_kahan_add(float *sum, float *comp, float term)
+{
+    float y = term - *comp;
+    float t = *sum + y;
+    *comp = (t - *sum) - y;
+    *sum = t;
+}
+
+/* Adds one score x to a work-item's running state (m, d, comp). */
+void fcl_stat_add(float *m, float *d, float *comp, float x)
+{
+    if (x > *m) {
+        float r = exp(*m - x); /* the classic rescale when the max grows */
+        *d *= r;
+        *comp *= r;
+        *m = x;
+        fcl_kahan_add(d, comp, 1.0f);
+    } else if (x != -INFINITY) { /* exp(-inf - -inf) would be NaN; its share is 0 */
+        fcl_kahan_add(d, comp, exp(x - *m));
+    }
+}
+
+/* Merges two states (any split of a row, any order). */
+float2 fcl_stat_merge(float2 a, float2 b)
+{
+    float m = fmax(a.x, b.x);
+    if (m == -INFINITY)
+        return (float2)(m, a.y + b.y); /* both empty; a + b keeps a NaN */
+    return (float2)(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
+}
+
+/* Merges the states of all work-items; every work-item gets the result. */
+float2 fcl_stat_reduce(float2 s, __local float2 *scratch)
+{
+    const uint lid = get_local_id(0);
+    scratch[lid] = s;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (uint half_size = FCL_LWS / 2; half_size > 0; half_size >>= 1) {
+        if (lid < half_size)
+            scratch[lid] = fcl_stat_merge(scratch[lid], scratch[lid + half_size]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float2 r = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE); /* scratch is reused by the caller's next reduction */
+    return r;
+}
+
+/* What the output pass needs from a row's final state (m, d). */
+typedef struct {
+    float shift; /* subtracted from each score: m, or 0 for an empty row */
+    float inv_d; /* 1/d, or 0 for an empty row so that exp(-inf) * 0 = 0 */
+    float log_d;
+    float lse;
+    int empty; /* every score was -inf */
+} fcl_row_norm;
+
+fcl_row_norm fcl_row_norm_from(float2 st)
+{
+    fcl_row_norm n;
+    float m = st.x, d = st.y;
+    if (m == INFINITY)
+        d = NAN; /* inf - inf: the share of a +inf score is undefined, as in IEEE */
+    n.empty = (d == 0.0f);
+    n.shift = n.empty ? 0.0f : m;
+    n.inv_d = n.empty ? 0.0f : 1.0f / d;
+    n.log_d = log(d);
+    n.lse = n.empty ? -INFINITY : m + n.log_d;
+    return n;
+}
+
+float fcl_normalize(float s, fcl_row_norm n, uint flags)
+{
+    if (flags & FCL_FLAG_LOG)
+        return n.empty ? -INFINITY : (s - n.shift) - n.log_d;
+    return exp(s - n.shift) * n.inv_d;
+}
+
+/* The score of element j: scale * x + mask. One function so that every pass of every
+ * algorithm rounds it identically. */
+float fcl_score(float x, float scale, __global const float *mask_row, ulong j, uint flags)
+{
+    float s = scale * x;
+    return (flags & FCL_FLAG_MASK) ? s + mask_row[j] : s;
+}

@@ -1,0 +1,125 @@
+/* Row softmax kernels for one storage type.
+ *
+ * The host compiles this text once per storage type, each time after
+ *   #define FCL_DT f32   (or f16, bf16)
+ * so every kernel name carries the type: softmax_fused_f32, softmax_online_bf16, ...
+ * Needs common.cl. Work-groups loop over rows (grid-stride), so any row count fits in a
+ * launch of bounded size; every index is 64-bit.
+ */
+#ifndef FCL_DT
+#define FCL_DT f32
+#endif
+#define FCL_T FCL_CAT(fcl_storage, FCL_DT)
+#define FCL_LOAD FCL_CAT(fcl_load, FCL_DT)
+#define FCL_STORE FCL_CAT(fcl_store, FCL_DT)
+#define FCL_KERNEL(name) __kernel __attribute__((reqd_work_group_size(FCL_LWS, 1, 1))) void FCL_CAT(name, FCL_DT)
+
+#define FCL_ROW_ARGS                                                                       \
+    __global const FCL_T *in, ulong in_stride, __global FCL_T *out, ulong out_stride,        \
+        __global const float *mask, ulong mask_stride, __global float *lse, ulong rows,      \
+        ulong cols, float scale, uint flags
+
+/* Statistics of in[row][begin, end) as seen by this work-item, before the group merge. */
+float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
+                                               __global const float *mask_row, ulong begin,
+                                               ulong end, float scale, uint flags)
+{
+    float m = -INFINITY, d = 0.0f, comp = 0.0f;
+    for (ulong j = begin + get_local_id(0); j < end; j += FCL_LWS)
+        fcl_stat_add(&m, &d, &comp, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
+    return (float2)(m, d - comp);
+}
+
+/* Writes out[row][begin, end) from scores recomputed from the input. */
+void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
+                                           __global const float *mask_row,
+                                           __global FCL_T *out_row, ulong begin, ulong end,
+                                           float scale, uint flags, fcl_row_norm n)
+{
+    for (ulong j = begin + get_local_id(0); j < end; j += FCL_LWS) {
+        float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
+        FCL_STORE(out_row, j, fcl_normalize(s, n, flags));
+    }
+}
+
+/* FUSED: the row's scores are kept in local memory (row_buf, cols floats), so the input
+ * is read once. Each work-item reads back only the indices it wrote itself. */
+FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
+{
+    __local float2 scratch[FCL_LWS];
+    for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+        __global const FCL_T *in_row = in + r * in_stride;
+        __global const float *mask_row = mask + r * mask_stride;
+        float m = -INFINITY, d = 0.0f, comp = 0.0f;
+        for (ulong j = get_local_id(0); j < cols; j += FCL_LWS) {
+            float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
+            row_buf[j] = s;
+            fcl_stat_add(&m, &d, &comp, s);
+        }
+        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce((float2)(m, d - comp), scratch));
+        if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+            lse[r] = n.lse;
+        __global FCL_T *out_row = out + r * out_stride;
+        for (ulong j = get_local_id(0); j < cols; j += FCL_LWS)
+            FCL_STORE(out_row, j, fcl_normalize(row_buf[j], n, flags));
+    }
+}
+
+/* ONLINE: pass 1 streams the row keeping (m, d), pass 2 streams it again and writes. */
+FCL_KERNEL(softmax_online)(FCL_ROW_ARGS)
+{
+    __local float2 scratch[FCL_LWS];
+    for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
+        __global const FCL_T *in_row = in + r * in_stride;
+        __global const float *mask_row = mask + r * mask_stride;
+        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in_row, mask_row, 0, cols, scale, flags);
+        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce(st, scratch));
+        if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+            lse[r] = n.lse;
+        FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out + r * out_stride, 0, cols, scale,
+                                       flags, n);
+    }
+}
+
+/* SPLIT, step 1: work-group g handles slice g % slices of row g / slices and writes that
+ * slice's (m, d) to partial[g]. */
+FCL_KERNEL(softmax_split_stats)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
+                                __global float2 *partial)
+{
+    __local float2 scratch[FCL_LWS];
+    for (ulong g = get_group_id(0); g < rows * slices; g += get_num_groups(0)) {
+        ulong r = g / slices, begin = (g % slices) * slice_cols;
+        ulong end = min(cols, begin + slice_cols);
+        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
+                                                   begin, end, scale, flags);
+        st = fcl_stat_reduce(st, scratch);
+        if (get_local_id(0) == 0)
+            partial[g] = st;
+    }
+}
+
+/* SPLIT, step 2: each work-group merges all partial states of its row, then writes its
+ * own slice. The group holding slice 0 writes the row's lse. */
+FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
+                                __global const float2 *partial)
+{
+    __local float2 scratch[FCL_LWS];
+    for (ulong g = get_group_id(0); g < rows * slices; g += get_num_groups(0)) {
+        ulong r = g / slices, slice = g % slices, begin = slice * slice_cols;
+        float2 st = (float2)(-INFINITY, 0.0f);
+        for (ulong k = get_local_id(0); k < slices; k += FCL_LWS)
+            st = fcl_stat_merge(st, partial[r * slices + k]);
+        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce(st, scratch));
+        if (slice == 0 && get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+            lse[r] = n.lse;
+        FCL_CAT(softmax_write, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
+                                       out + r * out_stride, begin, min(cols, begin + slice_cols),
+                                       scale, flags, n);
+    }
+}
+
+#undef FCL_T
+#undef FCL_LOAD
+#undef FCL_STORE
+#undef FCL_KERNEL
+#undef FCL_ROW_ARGS

@@ -1,0 +1,154 @@
+/*
+ * flashcl: portable OpenCL softmax and single-pass attention.
+ *
+ * One header, C99, usable from C++. Every call returns an fcl_status; after a failure
+ * fcl_context_last_error() holds a sentence naming the argument or limit at fault (or the
+ * compiler's build log). The library never exits, aborts, or prints unless FLASHCL_LOG=1.
+ *
+ * Thread safety: distinct contexts are independent. One context may be used from several
+ * threads: enqueueing calls are serialised internally. fcl_context_last_error() reports the
+ * last failure of the context, whichever thread caused it.
+ */
+#ifndef FLASHCL_H
+#define FLASHCL_H
+
+#ifndef CL_TARGET_OPENCL_VERSION
+#define CL_TARGET_OPENCL_VERSION 120
+#endif
+#include <CL/cl.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FCL_API __attribute__((visibility("default")))
+#else
+#define FCL_API
+#endif
+
+#define FLASHCL_VERSION_MAJOR 0
+#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_PATCH 0
+
+/* The status list, one X(name, value, description) per status: the enum and
+ * fcl_status_string() are both generated from it, so they cannot drift apart. */
+#define FCL_STATUS_LIST(X)                                                                   \
+    X(FCL_SUCCESS, 0, "success")                                                            \
+    X(FCL_ERROR_INVALID_ARGUMENT, -1, "invalid argument")                                   \
+    X(FCL_ERROR_UNSUPPORTED, -2, "not supported on this device")                            \
+    X(FCL_ERROR_NO_DEVICE, -3, "no matching OpenCL device")                                 \
+    X(FCL_ERROR_BUILD_FAILED, -4, "kernel build failed")                                    \
+    X(FCL_ERROR_OUT_OF_RESOURCES, -5, "out of device resources")                            \
+    X(FCL_ERROR_OUT_OF_HOST_MEMORY, -6, "out of host memory")                               \
+    X(FCL_ERROR_OPENCL, -7, "OpenCL error")
+
+typedef enum fcl_status {
+#define FCL_STATUS_ENUM_ENTRY(name, value, text) name = value,
+    FCL_STATUS_LIST(FCL_STATUS_ENUM_ENTRY)
+#undef FCL_STATUS_ENUM_ENTRY
+} fcl_status;
+
+/* Storage type of tensors. Arithmetic is always float32. */
+typedef enum fcl_dtype {
+    FCL_DTYPE_F32 = 0,
+    FCL_DTYPE_F16 = 1, /* IEEE binary16, read/written with vload_half/vstore_half */
+    FCL_DTYPE_BF16 = 2 /* bfloat16 (upper half of a float32), round to nearest even */
+} fcl_dtype;
+
+typedef struct fcl_context fcl_context;
+
+typedef struct fcl_context_options {
+    /* NULL: env FLASHCL_DEVICE, else the first GPU, else the first accelerator, else the
+     * first CPU device. Otherwise "P:D" (platform and device indices), "gpu", "cpu",
+     * "accelerator", or a case-insensitive substring of the device name. */
+    const char *device;
+    /* NULL: env FLASHCL_CACHE_DIR, else $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl.
+     * "" disables the on-disk program-binary cache. */
+    const char *cache_dir;
+} fcl_context_options;
+
+/* What flashcl probed on the device and planned from it. */
+typedef struct fcl_device_info {
+    char platform_name[256];
+    char name[256];
+    char vendor[256];
+    char driver_version[128];
+    char device_version[128];
+    char opencl_c_version[128];
+    cl_device_type type;
+    cl_uint vendor_id;
+    cl_uint compute_units;
+    size_t max_work_group_size;
+    cl_ulong local_mem_size;
+    int local_mem_is_global; /* CL_GLOBAL: "local" memory emulated in ordinary memory (CPUs) */
+    cl_ulong global_mem_size;
+    cl_ulong max_alloc_size;
+    cl_uint preferred_vector_width_float;
+    int has_fp16;
+    int has_fp64;
+    /* Per-kernel limits, queried after the build (minimum over the softmax kernels). */
+    size_t kernel_work_group_size;
+    cl_ulong kernel_local_mem_size; /* static local memory of the fused softmax kernel */
+    /* Plan derived from the above. */
+    size_t softmax_work_group_size;  /* work-items per row (or row slice) */
+    size_t softmax_fused_max_cols;   /* longest row FUSED can hold in local memory */
+    int program_from_cache;          /* 1 when the kernels came from the on-disk cache */
+} fcl_device_info;
+
+FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);
+/* Uses the caller's OpenCL objects; retains them and releases only its own references.
+ * q may be NULL (flashcl then creates an in-order queue on c and d). Calls that take
+ * cl_mem arguments enqueue on the context's queue, which must be in-order. */
+FCL_API fcl_status fcl_context_create_from_cl(cl_context c, cl_device_id d, cl_command_queue q,
+                                      const fcl_context_options *opts, fcl_context **out);
+FCL_API void fcl_context_destroy(fcl_context *ctx); /* NULL is a no-op */
+FCL_API fcl_status fcl_context_device_info(const fcl_context *ctx, fcl_device_info *out);
+/* The context's OpenCL objects, to create buffers and wait on events (borrowed: valid
+ * while ctx lives; retain them to keep them longer). Any out pointer may be NULL. */
+FCL_API fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_device_id *d,
+                                      cl_command_queue *q);
+/* The last failure on ctx as a sentence ("" when none). With ctx == NULL: the last failed
+ * fcl_context_create* on the calling thread (its build log, for example). */
+FCL_API const char *fcl_context_last_error(const fcl_context *ctx);
+FCL_API const char *fcl_status_string(fcl_status s);
+FCL_API const char *fcl_version_string(void);
+
+/* ---- Softmax over the last axis of a rows x cols matrix ---- */
+typedef enum fcl_softmax_algo {
+    FCL_SOFTMAX_AUTO = 0,
+    FCL_SOFTMAX_FUSED = 1,  /* the row is held in local memory: read once, write once */
+    FCL_SOFTMAX_ONLINE = 2, /* two streaming passes with running (max, sum) */
+    FCL_SOFTMAX_SPLIT = 3   /* a row is cut across work-groups, partial (max, sum) merged */
+} fcl_softmax_algo;
+
+typedef struct fcl_softmax_desc {
+    size_t rows, cols;
+    size_t in_stride, out_stride; /* elements between row starts; 0 = cols */
+    fcl_dtype dtype;              /* storage type of in and out */
+    float scale;                  /* 0 = 1 */
+    int log;                      /* nonzero: log-softmax */
+    size_t mask_stride;           /* additive float32 mask row stride; 0 = one shared row */
+    fcl_softmax_algo algo;
+} fcl_softmax_desc;
+
+/* With s = scale*x + mask: out = exp(s - m)/d per row (log: s - m - log d), lse = m + log d.
+ * A row whose s are all -inf gives out = 0 (log: -inf) and lse = -inf. A NaN in a row, or a
+ * +inf (whose share is undefined, as in IEEE arithmetic), makes that row NaN, and no other.
+ * in == out is allowed when in_stride == out_stride. mask and lse may be NULL. */
+FCL_API fcl_status fcl_softmax(fcl_context *ctx, const fcl_softmax_desc *d, cl_mem in, cl_mem mask,
+                       cl_mem out, cl_mem lse, cl_uint n_wait, const cl_event *wait,
+                       cl_event *done);
+/* Blocking, on host memory; allocates nothing it does not free. Padding between rows of
+ * out (out_stride > cols) is left as it was. */
+FCL_API fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d, const void *in,
+                            const float *mask, void *out, float *lse);
+/* The algorithm fcl_softmax would run for d, without running it. */
+FCL_API fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo);
+FCL_API const char *fcl_softmax_algo_name(fcl_softmax_algo a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCL_H */

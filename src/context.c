@@ -1,0 +1,136 @@
+/* Contexts: device selection, OpenCL objects, and the kernels built for the device. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Probes the device and builds the kernels; on failure the reason moves to the calling
+ * thread's last error, since the caller gets no context to ask. */
+static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opts,
+                                fcl_context **out)
+{
+    fcl_status s = fcl_probe_device(ctx->device, &ctx->info);
+    if (s == FCL_SUCCESS)
+        s = fcl_build_kernels(ctx, opts ? opts->cache_dir : NULL);
+    if (s != FCL_SUCCESS) {
+        if (ctx->last_error[0])
+            fcl_fail(NULL, s, "%s", ctx->last_error);
+        fcl_context_destroy(ctx);
+        return s;
+    }
+    *out = ctx;
+    return FCL_SUCCESS;
+}
+
+static fcl_context *new_context(void)
+{
+    fcl_context *ctx = calloc(1, sizeof *ctx);
+    if (ctx && pthread_mutex_init(&ctx->lock, NULL) != 0) {
+        free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+static cl_command_queue create_queue(fcl_context *ctx, cl_int *err)
+{
+    return clCreateCommandQueue(ctx->cl_ctx, ctx->device, CL_QUEUE_PROFILING_ENABLE, err);
+}
+
+fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out)
+{
+    cl_platform_id platform;
+    cl_device_id device;
+    cl_int err;
+    if (!out)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "out is NULL: nowhere to return the context");
+    *out = NULL;
+    fcl_status s = fcl_select_device(opts ? opts->device : NULL, &platform, &device);
+    if (s != FCL_SUCCESS)
+        return s;
+    fcl_context *ctx = new_context();
+    if (!ctx)
+        return fcl_fail(NULL, FCL_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a context");
+    clRetainDevice(device); /* a no-op for root devices; destroy releases it */
+    ctx->device = device;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+    ctx->cl_ctx = clCreateContext(props, 1, &device, NULL, NULL, &err);
+    if (err == CL_SUCCESS)
+        ctx->queue = create_queue(ctx, &err);
+    if (err != CL_SUCCESS) {
+        s = fcl_fail_cl(NULL, err, "creating the OpenCL context and queue");
+        fcl_context_destroy(ctx);
+        return s;
+    }
+    return finish_create(ctx, opts, out);
+}
+
+fcl_status fcl_context_create_from_cl(cl_context c, cl_device_id d, cl_command_queue q,
+                                      const fcl_context_options *opts, fcl_context **out)
+{
+    cl_int err = CL_SUCCESS;
+    if (!out)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "out is NULL: nowhere to return the context");
+    *out = NULL;
+    if (!c || !d)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT,
+                        "the cl_context and cl_device_id must not be NULL");
+    fcl_context *ctx = new_context();
+    if (!ctx)
+        return fcl_fail(NULL, FCL_ERROR_OUT_OF_HOST_MEMORY, "no host memory for a context");
+    /* Our own references: destroy releases exactly these, never the caller's. */
+    clRetainContext(c);
+    ctx->cl_ctx = c;
+    clRetainDevice(d);
+    ctx->device = d;
+    if (q) {
+        clRetainCommandQueue(q);
+        ctx->queue = q;
+    } else {
+        ctx->queue = create_queue(ctx, &err);
+    }
+    if (err != CL_SUCCESS) {
+        fcl_status s = fcl_fail_cl(NULL, err, "creating a command queue on the given context");
+        fcl_context_destroy(ctx);
+        return s;
+    }
+    return finish_create(ctx, opts, out);
+}
+
+void fcl_context_destroy(fcl_context *ctx)
+{
+    if (!ctx)
+        return;
+    fcl_release_kernels(ctx);
+    if (ctx->queue)
+        clReleaseCommandQueue(ctx->queue);
+    if (ctx->device)
+        clReleaseDevice(ctx->device);
+    if (ctx->cl_ctx)
+        clReleaseContext(ctx->cl_ctx);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+fcl_status fcl_context_device_info(const fcl_context *ctx, fcl_device_info *out)
+{
+    if (!ctx || !out)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT,
+                        "fcl_context_device_info: %s is NULL", ctx ? "out" : "ctx");
+    *out = ctx->info;
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_device_id *d,
+                              cl_command_queue *q)
+{
+    if (!ctx)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "fcl_context_get_cl: ctx is NULL");
+    if (c)
+        *c = ctx->cl_ctx;
+    if (d)
+        *d = ctx->device;
+    if (q)
+        *q = ctx->queue;
+    return FCL_SUCCESS;
+}

@@ -1,0 +1,81 @@
+/* Internal interfaces between flashcl's modules: status/errors, device probing, program
+ * build and cache, planning, softmax. Tests include this header to drive the planner with
+ * injected device capabilities. */
+#ifndef FLASHCL_INTERNAL_H
+#define FLASHCL_INTERNAL_H
+
+#include "flashcl.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+
+#define FCL_ERROR_TEXT_MAX 16384
+#define FCL_DTYPE_COUNT 3
+
+/* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
+enum fcl_softmax_kernel {
+    FCL_K_SOFTMAX_FUSED,
+    FCL_K_SOFTMAX_ONLINE,
+    FCL_K_SOFTMAX_SPLIT_STATS,
+    FCL_K_SOFTMAX_SPLIT_WRITE,
+    FCL_K_SOFTMAX_COUNT
+};
+
+struct fcl_context {
+    cl_context cl_ctx;
+    cl_device_id device;
+    cl_command_queue queue;
+    cl_program program;
+    cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
+    fcl_device_info info;
+    pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
+    char last_error[FCL_ERROR_TEXT_MAX];
+};
+
+/* ---- status.c ---- */
+/* Records a failure on ctx (or, with ctx NULL, on the calling thread) and returns s. */
+fcl_status fcl_fail(fcl_context *ctx, fcl_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Maps an OpenCL error to a status and records "what: CL_ERROR_NAME". */
+fcl_status fcl_fail_cl(fcl_context *ctx, cl_int err, const char *what);
+const char *fcl_cl_error_name(cl_int err);
+/* Appends text to ctx's (or the thread's) last error, for build logs. */
+void fcl_append_error(fcl_context *ctx, const char *text);
+
+/* ---- device.c ---- */
+/* Picks a device by spec (see fcl_context_options.device); NULL or "" means the default. */
+fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);
+/* Fills the device fields of info (not the per-kernel and plan fields). */
+fcl_status fcl_probe_device(cl_device_id device, fcl_device_info *info);
+
+/* ---- program.c ---- */
+/* Builds (or loads from the cache) the kernels for ctx->device; fills ctx->program,
+ * ctx->softmax and the per-kernel and plan fields of ctx->info. */
+fcl_status fcl_build_kernels(fcl_context *ctx, const char *cache_dir);
+void fcl_release_kernels(fcl_context *ctx);
+/* FNV-1a 64-bit hash, chained through h (start with FCL_HASH_INIT). */
+#define FCL_HASH_INIT 0xcbf29ce484222325ull
+uint64_t fcl_hash(uint64_t h, const void *data, size_t n);
+
+/* ---- plan.c ---- */
+/* Work-group size for the row kernels, before the build (kernel limits not known yet:
+ * kernel_work_group_size 0) and after it. */
+size_t fcl_plan_work_group_size(const fcl_device_info *info);
+/* Longest row FUSED can hold, from the local memory left beside the kernel's own use. */
+size_t fcl_plan_fused_max_cols(const fcl_device_info *info);
+
+typedef struct fcl_softmax_launch {
+    fcl_softmax_algo algo;
+    size_t work_group_size;
+    size_t groups;     /* work-groups launched (each loops over rows or row slices) */
+    size_t slices;     /* SPLIT: work-groups per row */
+    size_t slice_cols; /* SPLIT: columns per slice */
+} fcl_softmax_launch;
+
+/* Chooses the algorithm and launch shape for a validated descriptor. Returns
+ * FCL_ERROR_UNSUPPORTED when a forced algorithm cannot run on the device. */
+fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc *d,
+                            fcl_softmax_launch *launch);
+
+#endif /* FLASHCL_INTERNAL_H */

@@ -1,0 +1,96 @@
+/* Planning: work-group size, the fused-row limit and the softmax strategy, all derived
+ * from what the device (and the built kernels) report. Pure functions of fcl_device_info,
+ * so tests can inject capabilities. */
+#include "internal.h"
+
+/* Work-items per row: enough to cover memory latency on a GPU; on CPUs (POCL runs a
+ * work-group as a loop, vectorised across work-items) a shorter group keeps rows apart. */
+#define FCL_GPU_WORK_GROUP 256
+#define FCL_CPU_WORK_GROUP 64
+/* Work-groups launched per compute unit at most; they loop over the remaining rows. */
+#define FCL_GROUPS_PER_CU 32
+/* SPLIT: a slice gives each work-item at least this many elements, so the merge and the
+ * second launch stay cheap next to the streaming. */
+#define FCL_SPLIT_MIN_ELEMENTS_PER_ITEM 16
+#define FCL_SPLIT_MAX_SLICES 1024
+
+static size_t floor_pow2(size_t x)
+{
+    size_t p = 1;
+    while (p <= x / 2)
+        p *= 2;
+    return p;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+static int is_gpu_like(const fcl_device_info *info) { return !(info->type & CL_DEVICE_TYPE_CPU); }
+
+size_t fcl_plan_work_group_size(const fcl_device_info *info)
+{
+    size_t want = is_gpu_like(info) ? FCL_GPU_WORK_GROUP : FCL_CPU_WORK_GROUP;
+    size_t limit = min_size(want, info->max_work_group_size);
+    if (info->kernel_work_group_size)
+        limit = min_size(limit, info->kernel_work_group_size);
+    return floor_pow2(limit ? limit : 1);
+}
+
+size_t fcl_plan_fused_max_cols(const fcl_device_info *info)
+{
+    if (info->local_mem_size <= info->kernel_local_mem_size)
+        return 0;
+    return (size_t)((info->local_mem_size - info->kernel_local_mem_size) / sizeof(float));
+}
+
+/* Work-groups needed to keep every compute unit busy: a GPU unit wants several groups
+ * in flight to hide latency, a CPU core one. */
+static size_t groups_to_fill(const fcl_device_info *info)
+{
+    return (size_t)info->compute_units * (is_gpu_like(info) ? 2 : 1);
+}
+
+/* Slices per row for SPLIT: enough groups to fill the device several times over (a CPU
+ * once, so each core has one slice), each slice long enough to be worth a work-group. */
+static size_t split_slices(const fcl_device_info *info, const fcl_softmax_desc *d, size_t lws,
+                           int forced)
+{
+    size_t target = (size_t)info->compute_units * (is_gpu_like(info) ? 8 : 1);
+    size_t slices = ceil_div(target, d->rows);
+    size_t min_slice = forced ? lws : lws * FCL_SPLIT_MIN_ELEMENTS_PER_ITEM;
+    if (forced && slices < 2)
+        slices = 2; /* a forced split should really split where the row allows it */
+    slices = min_size(slices, min_size(d->cols / min_slice, FCL_SPLIT_MAX_SLICES));
+    return slices ? slices : 1;
+}
+
+fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc *d,
+                            fcl_softmax_launch *launch)
+{
+    size_t lws = info->softmax_work_group_size ? info->softmax_work_group_size
+                                               : fcl_plan_work_group_size(info);
+    size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
+    fcl_softmax_algo algo = d->algo;
+    int fits = d->cols <= info->softmax_fused_max_cols;
+
+    if (algo == FCL_SOFTMAX_FUSED && !fits)
+        return FCL_ERROR_UNSUPPORTED;
+    if (algo == FCL_SOFTMAX_AUTO) {
+        if (fits)
+            algo = FCL_SOFTMAX_FUSED;
+        else if (d->rows < groups_to_fill(info) && split_slices(info, d, lws, 0) >= 2)
+            algo = FCL_SOFTMAX_SPLIT;
+        else
+            algo = FCL_SOFTMAX_ONLINE;
+    }
+    launch->algo = algo;
+    launch->work_group_size = lws;
+    launch->slices = 1;
+    launch->slice_cols = d->cols;
+    if (algo == FCL_SOFTMAX_SPLIT) {
+        size_t slices = split_slices(info, d, lws, d->algo == FCL_SOFTMAX_SPLIT);
+        launch->slice_cols = ceil_div(d->cols, slices);
+        launch->slices = ceil_div(d->cols, launch->slice_cols); /* no empty slice */
+    }
+    launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
+    return FCL_SUCCESS;
+}

@@ -1,0 +1,402 @@
+/* Program build and the on-disk program-binary cache.
+ *
+ * The source compiled for a device is a prelude of #defines planned from the probed
+ * capabilities, then the embedded .cl files (softmax.cl once per storage type). A cache
+ * file is named by a hash of everything that determines the binary (source, options,
+ * platform, device, driver) and repeats that identity inside, with a checksum of the
+ * binary, so a stale, truncated or corrupt file is detected and rebuilt, never trusted. */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
+extern const char fcl_cl_common[];
+extern const char fcl_cl_softmax[];
+
+#define FCL_BUILD_OPTIONS "-cl-std=CL1.2"
+#define FCL_CACHE_MAGIC "FLASHCL1"
+#define FCL_CACHE_MAX_FILE (512u << 20)
+
+static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
+static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
+    "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write"};
+
+uint64_t fcl_hash(uint64_t h, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* ---- growing string ---- */
+typedef struct text {
+    char *s;
+    size_t len, cap;
+    int failed;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = t->cap - t->len;
+        int n = t->failed ? 0 : vsnprintf(t->s ? t->s + t->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (t->failed || n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < room) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = 2 * (t->cap + (size_t)n) + 64;
+        char *s = realloc(t->s, cap);
+        if (!s) {
+            t->failed = 1;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+}
+
+static char *program_source(size_t work_group_size)
+{
+    text t = {0};
+    text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n",
+             work_group_size);
+    text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
+                 dtype_suffix[dt], fcl_cl_softmax);
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
+
+/* ---- cache files ---- */
+
+/* Creates dir and its parents; an existing directory is fine. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return -1;
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return (mkdir(path, 0755) == 0 || errno == EEXIST) ? 0 : -1;
+}
+
+/* NULL when the cache is disabled. */
+static const char *resolve_cache_dir(const char *requested, char *buf, size_t cap)
+{
+    if (!requested)
+        requested = getenv("FLASHCL_CACHE_DIR");
+    if (requested)
+        return *requested ? requested : NULL;
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg)
+        n = snprintf(buf, cap, "%s/flashcl", xdg);
+    else if (home && *home)
+        n = snprintf(buf, cap, "%s/.cache/flashcl", home);
+    else
+        return NULL;
+    return (n > 0 && (size_t)n < cap) ? buf : NULL;
+}
+
+/* Everything that determines the binary, as text: stored in the file and compared. */
+static char *cache_identity(const fcl_device_info *info, const char *source)
+{
+    text t = {0};
+    text_add(&t,
+             "flashcl %s\noptions %s\nplatform %s\ndevice %s\nversion %s\ndriver %s\n"
+             "source %zu %016llx\n",
+             fcl_version_string(), FCL_BUILD_OPTIONS, info->platform_name, info->name,
+             info->device_version, info->driver_version, strlen(source),
+             (unsigned long long)fcl_hash(FCL_HASH_INIT, source, strlen(source)));
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
+
+static int cache_path(char *buf, size_t cap, const char *dir, const char *identity)
+{
+    unsigned long long h = fcl_hash(FCL_HASH_INIT, identity, strlen(identity));
+    int n = snprintf(buf, cap, "%s/%016llx.bin", dir, h);
+    return n > 0 && (size_t)n < cap ? 0 : -1;
+}
+
+static int read_u64(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+    if ((size_t)(end - *p) < sizeof *v)
+        return -1;
+    memcpy(v, *p, sizeof *v);
+    *p += sizeof *v;
+    return 0;
+}
+
+/* Reads a cache file and returns its binary (malloc'd) if it is intact and was made for
+ * exactly this identity; NULL otherwise. */
+static unsigned char *cache_load(const char *path, const char *identity, size_t *binary_len)
+{
+    unsigned char *file = NULL, *binary = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    if (fseek(f, 0, SEEK_END) != 0)
+        goto done;
+    long size = ftell(f);
+    if (size <= 0 || (unsigned long)size > FCL_CACHE_MAX_FILE || fseek(f, 0, SEEK_SET) != 0)
+        goto done;
+    file = malloc((size_t)size);
+    if (!file || fread(file, 1, (size_t)size, f) != (size_t)size)
+        goto done;
+
+    const unsigned char *p = file, *end = file + size;
+    uint64_t id_len, bin_len, bin_hash;
+    size_t magic_len = strlen(FCL_CACHE_MAGIC);
+    if ((size_t)(end - p) < magic_len || memcmp(p, FCL_CACHE_MAGIC, magic_len) != 0)
+        goto done;
+    p += magic_len;
+    if (read_u64(&p, end, &id_len) || id_len != strlen(identity) ||
+        (uint64_t)(end - p) < id_len || memcmp(p, identity, id_len) != 0)
+        goto done;
+    p += id_len;
+    if (read_u64(&p, end, &bin_len) || read_u64(&p, end, &bin_hash) || bin_len == 0 ||
+        (uint64_t)(end - p) != bin_len || fcl_hash(FCL_HASH_INIT, p, bin_len) != bin_hash)
+        goto done;
+    binary = malloc(bin_len);
+    if (binary) {
+        memcpy(binary, p, bin_len);
+        *binary_len = bin_len;
+    }
+done:
+    free(file);
+    fclose(f);
+    return binary;
+}
+
+/* Writes the file under a temporary name and renames it, so a reader never sees half a
+ * file. Failure only costs the next context a rebuild. */
+static void cache_store(const char *dir, const char *path, const char *identity,
+                        const unsigned char *binary, size_t binary_len)
+{
+    char tmp[4200];
+    static unsigned counter;
+    if (make_dirs(dir) != 0)
+        return;
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
+                 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED)) >= (int)sizeof tmp)
+        return;
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return;
+    uint64_t id_len = strlen(identity), bin_len = binary_len;
+    uint64_t bin_hash = fcl_hash(FCL_HASH_INIT, binary, binary_len);
+    int ok = fwrite(FCL_CACHE_MAGIC, 1, strlen(FCL_CACHE_MAGIC), f) == strlen(FCL_CACHE_MAGIC) &&
+             fwrite(&id_len, sizeof id_len, 1, f) == 1 &&
+             fwrite(identity, 1, id_len, f) == id_len && fwrite(&bin_len, sizeof bin_len, 1, f) == 1 &&
+             fwrite(&bin_hash, sizeof bin_hash, 1, f) == 1 &&
+             fwrite(binary, 1, binary_len, f) == binary_len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0)
+        remove(tmp);
+}
+
+/* The device binary of a built program (malloc'd), or NULL. */
+static unsigned char *program_binary(cl_program program, size_t *len)
+{
+    size_t size = 0;
+    if (clGetProgramInfo(program, CL_PROGRAM_BINARY_SIZES, sizeof size, &size, NULL) !=
+            CL_SUCCESS ||
+        size == 0)
+        return NULL;
+    unsigned char *binary = malloc(size);
+    if (binary &&
+        clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binary, &binary, NULL) != CL_SUCCESS) {
+        free(binary);
+        return NULL;
+    }
+    *len = size;
+    return binary;
+}
+
+/* ---- building ---- */
+
+static void append_build_log(fcl_context *ctx, cl_program program)
+{
+    size_t n = 0;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, 0, NULL, &n) !=
+            CL_SUCCESS ||
+        n == 0)
+        return;
+    char *log = malloc(n + 1);
+    if (!log)
+        return;
+    if (clGetProgramBuildInfo(program, ctx->device, CL_PROGRAM_BUILD_LOG, n, log, NULL) ==
+        CL_SUCCESS) {
+        log[n] = '\0';
+        fcl_append_error(ctx, "\nbuild log:\n");
+        fcl_append_error(ctx, log);
+    }
+    free(log);
+}
+
+static cl_program build_from_binary(fcl_context *ctx, const unsigned char *binary, size_t len)
+{
+    cl_int err, binary_status;
+    cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &len, &binary,
+                                             &binary_status, &err);
+    if (err != CL_SUCCESS || binary_status != CL_SUCCESS)
+        return NULL;
+    if (clBuildProgram(p, 1, &ctx->device, FCL_BUILD_OPTIONS, NULL, NULL) != CL_SUCCESS) {
+        clReleaseProgram(p);
+        return NULL;
+    }
+    return p;
+}
+
+static fcl_status build_from_source(fcl_context *ctx, const char *source, cl_program *out)
+{
+    cl_int err;
+    cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS)
+        return fcl_fail_cl(ctx, err, "clCreateProgramWithSource");
+    err = clBuildProgram(p, 1, &ctx->device, FCL_BUILD_OPTIONS, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        fcl_status s = fcl_fail_cl(ctx, err, "building the kernels for this device");
+        append_build_log(ctx, p);
+        clReleaseProgram(p);
+        return s == FCL_ERROR_OPENCL ? FCL_ERROR_BUILD_FAILED : s;
+    }
+    *out = p;
+    return FCL_SUCCESS;
+}
+
+/* The program for one work-group size, from the cache when it holds a valid binary. */
+static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const char *cache_dir)
+{
+    fcl_status s = FCL_ERROR_OUT_OF_HOST_MEMORY;
+    char path[4096];
+    char *identity = NULL;
+    char *source = program_source(work_group_size);
+    if (!source)
+        return fcl_fail(ctx, s, "no host memory for the kernel source");
+    int use_cache = cache_dir && (identity = cache_identity(&ctx->info, source)) &&
+                    cache_path(path, sizeof path, cache_dir, identity) == 0;
+
+    ctx->info.program_from_cache = 0;
+    if (use_cache) {
+        size_t len = 0;
+        unsigned char *binary = cache_load(path, identity, &len);
+        if (binary) {
+            ctx->program = build_from_binary(ctx, binary, len);
+            ctx->info.program_from_cache = ctx->program != NULL;
+            free(binary);
+        }
+    }
+    s = FCL_SUCCESS;
+    if (!ctx->program) {
+        s = build_from_source(ctx, source, &ctx->program);
+        if (s == FCL_SUCCESS && use_cache) {
+            size_t len = 0;
+            unsigned char *binary = program_binary(ctx->program, &len);
+            if (binary)
+                cache_store(cache_dir, path, identity, binary, len);
+            free(binary);
+        }
+    }
+    free(identity);
+    free(source);
+    return s;
+}
+
+void fcl_release_kernels(fcl_context *ctx)
+{
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+            if (ctx->softmax[dt][k]) {
+                clReleaseKernel(ctx->softmax[dt][k]);
+                ctx->softmax[dt][k] = NULL;
+            }
+    if (ctx->program) {
+        clReleaseProgram(ctx->program);
+        ctx->program = NULL;
+    }
+}
+
+/* Creates every kernel and records the tightest per-kernel limits in ctx->info. */
+static fcl_status create_kernels(fcl_context *ctx)
+{
+    ctx->info.kernel_work_group_size = ctx->info.max_work_group_size;
+    ctx->info.kernel_local_mem_size = 0;
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++) {
+            char name[64];
+            cl_int err;
+            size_t wg = 0;
+            cl_ulong local = 0;
+            snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
+            cl_kernel kernel = clCreateKernel(ctx->program, name, &err);
+            if (err != CL_SUCCESS)
+                return fcl_fail_cl(ctx, err, "clCreateKernel");
+            ctx->softmax[dt][k] = kernel;
+            err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
+                                           sizeof wg, &wg, NULL);
+            if (err == CL_SUCCESS && wg < ctx->info.kernel_work_group_size)
+                ctx->info.kernel_work_group_size = wg;
+            err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE,
+                                           sizeof local, &local, NULL);
+            if (err == CL_SUCCESS && k == FCL_K_SOFTMAX_FUSED &&
+                local > ctx->info.kernel_local_mem_size)
+                ctx->info.kernel_local_mem_size = local;
+        }
+    }
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
+{
+    char dir_buf[4096];
+    const char *cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
+    size_t lws = fcl_plan_work_group_size(&ctx->info);
+    /* The planned size is checked against what each compiled kernel allows; if one allows
+     * less (register pressure), rebuild at the largest size that every kernel accepts. */
+    for (;;) {
+        fcl_status s = load_or_build(ctx, lws, cache_dir);
+        if (s == FCL_SUCCESS)
+            s = create_kernels(ctx);
+        if (s != FCL_SUCCESS) {
+            fcl_release_kernels(ctx);
+            return s;
+        }
+        size_t fitting = fcl_plan_work_group_size(&ctx->info);
+        if (fitting >= lws)
+            break;
+        fcl_release_kernels(ctx);
+        lws = fitting;
+    }
+    ctx->info.softmax_work_group_size = lws;
+    ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
+    return FCL_SUCCESS;
+}

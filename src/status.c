@@ -1,0 +1,106 @@
+/* Status strings, the per-context / per-thread last error, and OpenCL error names. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FCL_STR_(x) #x
+#define FCL_STR(x) FCL_STR_(x)
+
+/* Failures of fcl_context_create*, which have no context to hold them. */
+static _Thread_local char thread_last_error[FCL_ERROR_TEXT_MAX];
+
+const char *fcl_status_string(fcl_status s)
+{
+    switch (s) {
+#define FCL_STATUS_CASE(name, value, text)                                                  \
+    case name:                                                                               \
+        return #name ": " text;
+        FCL_STATUS_LIST(FCL_STATUS_CASE)
+#undef FCL_STATUS_CASE
+    }
+    return "unknown flashcl status";
+}
+
+const char *fcl_version_string(void)
+{
+    return FCL_STR(FLASHCL_VERSION_MAJOR) "." FCL_STR(FLASHCL_VERSION_MINOR) "." FCL_STR(
+        FLASHCL_VERSION_PATCH);
+}
+
+const char *fcl_context_last_error(const fcl_context *ctx)
+{
+    return ctx ? ctx->last_error : thread_last_error;
+}
+
+static char *error_buffer(fcl_context *ctx) { return ctx ? ctx->last_error : thread_last_error; }
+
+/* Printing is opt-in: an embedding application owns stderr. */
+static void log_if_asked(const char *text)
+{
+    const char *env = getenv("FLASHCL_LOG");
+    if (env && strcmp(env, "1") == 0)
+        fprintf(stderr, "flashcl: %s\n", text);
+}
+
+fcl_status fcl_fail(fcl_context *ctx, fcl_status s, const char *fmt, ...)
+{
+    char *buf = error_buffer(ctx);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, FCL_ERROR_TEXT_MAX, fmt, ap);
+    va_end(ap);
+    log_if_asked(buf);
+    return s;
+}
+
+void fcl_append_error(fcl_context *ctx, const char *text)
+{
+    char *buf = error_buffer(ctx);
+    size_t used = strlen(buf);
+    snprintf(buf + used, FCL_ERROR_TEXT_MAX - used, "%s", text);
+    log_if_asked(text);
+}
+
+#define FCL_CL_ERROR_LIST(X)                                                                \
+    X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE) X(CL_COMPILER_NOT_AVAILABLE)          \
+    X(CL_MEM_OBJECT_ALLOCATION_FAILURE) X(CL_OUT_OF_RESOURCES) X(CL_OUT_OF_HOST_MEMORY)     \
+    X(CL_PROFILING_INFO_NOT_AVAILABLE) X(CL_MEM_COPY_OVERLAP) X(CL_BUILD_PROGRAM_FAILURE)   \
+    X(CL_MAP_FAILURE) X(CL_MISALIGNED_SUB_BUFFER_OFFSET)                                    \
+    X(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST) X(CL_COMPILE_PROGRAM_FAILURE)           \
+    X(CL_LINKER_NOT_AVAILABLE) X(CL_LINK_PROGRAM_FAILURE) X(CL_INVALID_VALUE)               \
+    X(CL_INVALID_DEVICE_TYPE) X(CL_INVALID_PLATFORM) X(CL_INVALID_DEVICE)                   \
+    X(CL_INVALID_CONTEXT) X(CL_INVALID_QUEUE_PROPERTIES) X(CL_INVALID_COMMAND_QUEUE)        \
+    X(CL_INVALID_HOST_PTR) X(CL_INVALID_MEM_OBJECT) X(CL_INVALID_BINARY)                    \
+    X(CL_INVALID_BUILD_OPTIONS) X(CL_INVALID_PROGRAM) X(CL_INVALID_PROGRAM_EXECUTABLE)      \
+    X(CL_INVALID_KERNEL_NAME) X(CL_INVALID_KERNEL_DEFINITION) X(CL_INVALID_KERNEL)          \
+    X(CL_INVALID_ARG_INDEX) X(CL_INVALID_ARG_VALUE) X(CL_INVALID_ARG_SIZE)                  \
+    X(CL_INVALID_KERNEL_ARGS) X(CL_INVALID_WORK_DIMENSION) X(CL_INVALID_WORK_GROUP_SIZE)    \
+    X(CL_INVALID_WORK_ITEM_SIZE) X(CL_INVALID_GLOBAL_OFFSET) X(CL_INVALID_EVENT_WAIT_LIST)  \
+    X(CL_INVALID_EVENT) X(CL_INVALID_OPERATION) X(CL_INVALID_BUFFER_SIZE)                   \
+    X(CL_INVALID_GLOBAL_WORK_SIZE)
+
+const char *fcl_cl_error_name(cl_int err)
+{
+    switch (err) {
+#define FCL_CL_ERROR_CASE(name)                                                             \
+    case name:                                                                               \
+        return #name;
+        FCL_CL_ERROR_LIST(FCL_CL_ERROR_CASE)
+#undef FCL_CL_ERROR_CASE
+    }
+    return "an unknown OpenCL error";
+}
+
+fcl_status fcl_fail_cl(fcl_context *ctx, cl_int err, const char *what)
+{
+    fcl_status s = FCL_ERROR_OPENCL;
+    if (err == CL_OUT_OF_RESOURCES || err == CL_MEM_OBJECT_ALLOCATION_FAILURE)
+        s = FCL_ERROR_OUT_OF_RESOURCES;
+    else if (err == CL_OUT_OF_HOST_MEMORY)
+        s = FCL_ERROR_OUT_OF_HOST_MEMORY;
+    else if (err == CL_BUILD_PROGRAM_FAILURE)
+        s = FCL_ERROR_BUILD_FAILED;
+    return fcl_fail(ctx, s, "%s failed: %s (%d)", what, fcl_cl_error_name(err), (int)err);
+}

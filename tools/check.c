@@ -1,0 +1,202 @@
+/* Host-side checking: see check.h. */
+#include "check.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+float chk_half_to_float(uint16_t h)
+{
+    int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    float v;
+    if (exp == 0)
+        v = ldexpf((float)mant, -24);
+    else if (exp == 31)
+        v = mant ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(mant | 0x400), exp - 25);
+    return sign ? -v : v;
+}
+
+uint16_t chk_float_to_half(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000);
+    float a = fabsf(f);
+    if (isnan(f))
+        return sign | 0x7e00;
+    if (a >= 65520.0f) /* rounds to infinity */
+        return sign | 0x7c00;
+    if (a < ldexpf(1.0f, -14)) { /* subnormal: multiples of 2^-24, nearbyint rounds to even */
+        return sign | (uint16_t)nearbyintf(ldexpf(a, 24));
+    }
+    int e;
+    float m = frexpf(a, &e);                     /* a = m * 2^e, m in [0.5, 1) */
+    float scaled = nearbyintf(ldexpf(m, 11));    /* 11 significant bits, ties to even */
+    if (scaled >= 2048.0f) {
+        scaled /= 2.0f;
+        e++;
+    }
+    return sign | (uint16_t)((e + 14) << 10) | (uint16_t)((int)scaled - 1024);
+}
+
+float chk_bf16_to_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t chk_float_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (isnan(f))
+        return 0x7fc0;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+size_t chk_dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
+
+const char *chk_dtype_name(fcl_dtype t)
+{
+    return t == FCL_DTYPE_F32 ? "f32" : t == FCL_DTYPE_F16 ? "f16" : "bf16";
+}
+
+float chk_load(const void *buf, fcl_dtype t, size_t i)
+{
+    if (t == FCL_DTYPE_F32)
+        return ((const float *)buf)[i];
+    uint16_t h = ((const uint16_t *)buf)[i];
+    return t == FCL_DTYPE_F16 ? chk_half_to_float(h) : chk_bf16_to_float(h);
+}
+
+void chk_store(void *buf, fcl_dtype t, size_t i, float v)
+{
+    if (t == FCL_DTYPE_F32)
+        ((float *)buf)[i] = v;
+    else
+        ((uint16_t *)buf)[i] = t == FCL_DTYPE_F16 ? chk_float_to_half(v) : chk_float_to_bf16(v);
+}
+
+chk_rng chk_rng_seeded(uint64_t seed)
+{
+    chk_rng r = {seed ? seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull};
+    if (!r.state)
+        r.state = 1;
+    return r;
+}
+
+double chk_uniform(chk_rng *r)
+{
+    r->state ^= r->state >> 12;
+    r->state ^= r->state << 25;
+    r->state ^= r->state >> 27;
+    return (double)((r->state * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
+}
+
+double chk_normal(chk_rng *r)
+{
+    double u1 = chk_uniform(r), u2 = chk_uniform(r);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
+                           double *out, double *lse)
+{
+    size_t in_stride = d->in_stride ? d->in_stride : d->cols;
+    double scale = d->scale != 0.0f ? d->scale : 1.0;
+    for (size_t r = 0; r < d->rows; r++) {
+        double *o = out + r * d->cols, m = -INFINITY, sum = 0.0;
+        int undefined = 0;
+        for (size_t j = 0; j < d->cols; j++) {
+            double s = scale * chk_load(in, d->dtype, r * in_stride + j);
+            if (mask)
+                s += mask[r * d->mask_stride + j];
+            o[j] = s;
+            undefined |= isnan(s) || s == INFINITY;
+            m = s > m ? s : m;
+        }
+        for (size_t j = 0; j < d->cols && m > -INFINITY; j++)
+            sum += exp(o[j] - m);
+        double log_sum = log(sum), row_lse = m + log_sum;
+        for (size_t j = 0; j < d->cols; j++) {
+            if (undefined)
+                o[j] = NAN;
+            else if (m == -INFINITY)
+                o[j] = d->log ? -INFINITY : 0.0;
+            else
+                o[j] = d->log ? (o[j] - m) - log_sum : exp(o[j] - m) / sum;
+        }
+        if (lse)
+            lse[r] = undefined ? NAN : m == -INFINITY ? -INFINITY : row_lse;
+    }
+}
+
+chk_tolerance chk_softmax_tolerance(fcl_dtype t)
+{
+    /* float32 as promised in the README; half types: their rounding (2^-11, 2^-8 relative,
+     * f16 subnormals 2^-24 apart) on top of the float32 arithmetic. */
+    if (t == FCL_DTYPE_F16)
+        return (chk_tolerance){1e-7, 1e-3, 1e-6};
+    if (t == FCL_DTYPE_BF16)
+        return (chk_tolerance){1e-38, 8e-3, 1e-4};
+    return (chk_tolerance){1e-6, 1e-5, 1e-10};
+}
+
+/* Special values must match exactly; finite ones within atol + rtol * |want|. */
+static int close_enough(double got, double want, double atol, double rtol)
+{
+    if (isnan(want) || isnan(got))
+        return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got))
+        return got == want;
+    return fabs(got - want) <= atol + rtol * fabs(want);
+}
+
+static void note(chk_report *rep, size_t i, double got, double want, int ok)
+{
+    rep->checked++;
+    if (isfinite(got) && isfinite(want) && fabs(got - want) > rep->max_abs_err)
+        rep->max_abs_err = fabs(got - want);
+    if (!ok && rep->bad++ == 0) {
+        rep->first_bad = i;
+        rep->got = got;
+        rep->want = want;
+    }
+}
+
+int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t stride,
+                const double *want, chk_tolerance tol, chk_report *rep)
+{
+    double err2 = 0.0, ref2 = 0.0;
+    memset(rep, 0, sizeof *rep);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++) {
+            double g = chk_load(got, t, r * stride + j), w = want[r * cols + j];
+            note(rep, r * cols + j, g, w, close_enough(g, w, tol.atol, tol.rtol));
+            if (isfinite(g) && isfinite(w)) {
+                err2 += (g - w) * (g - w);
+                ref2 += w * w;
+            }
+        }
+    rep->nmse = ref2 > 0 ? err2 / ref2 : err2;
+    if (rep->nmse > tol.nmse && rep->bad == 0) {
+        rep->bad = 1; /* every element passed, the whole did not */
+        rep->first_bad = (size_t)-1;
+    }
+    return rep->bad == 0;
+}
+
+int chk_compare_lse(const float *got, const double *want, size_t n, chk_report *rep)
+{
+    memset(rep, 0, sizeof *rep);
+    for (size_t i = 0; i < n; i++) {
+        double rtol = 1e-5 * (fabs(want[i]) > 1.0 ? fabs(want[i]) : 1.0);
+        note(rep, i, got[i], want[i], close_enough(got[i], want[i], rtol, 0.0));
+    }
+    return rep->bad == 0;
+}

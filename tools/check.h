@@ -1,0 +1,56 @@
+/* Host-side checking shared by flashcl-demo and the tests: float64 references, half and
+ * bfloat16 conversions, random inputs and tolerance comparison. Not part of the library. */
+#ifndef FLASHCL_CHECK_H
+#define FLASHCL_CHECK_H
+
+#include "flashcl.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- storage types ---- */
+float chk_half_to_float(uint16_t h);
+uint16_t chk_float_to_half(float f); /* round to nearest even, like vstore_half_rte */
+float chk_bf16_to_float(uint16_t b);
+uint16_t chk_float_to_bf16(float f); /* round to nearest even, NaN stays NaN */
+size_t chk_dtype_size(fcl_dtype t);
+const char *chk_dtype_name(fcl_dtype t);
+float chk_load(const void *buf, fcl_dtype t, size_t i);
+/* Stores v rounded to the storage type. */
+void chk_store(void *buf, fcl_dtype t, size_t i, float v);
+
+/* ---- random numbers (xorshift64*, seeded per test so failures reproduce) ---- */
+typedef struct chk_rng {
+    uint64_t state;
+} chk_rng;
+chk_rng chk_rng_seeded(uint64_t seed); /* seed 0: from the clock, printed by the caller */
+double chk_uniform(chk_rng *r);         /* [0, 1) */
+double chk_normal(chk_rng *r);
+
+/* ---- reference ---- */
+/* Softmax of every row in float64 from the stored (already rounded) inputs; out is dense
+ * rows x cols. Semantics as in flashcl.h: all -inf gives 0 / -inf, NaN or +inf gives NaN. */
+void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
+                           double *out, double *lse);
+
+/* ---- comparison ---- */
+typedef struct chk_tolerance {
+    double atol, rtol, nmse;
+} chk_tolerance;
+/* The tolerances flashcl promises for outputs stored in t. */
+chk_tolerance chk_softmax_tolerance(fcl_dtype t);
+
+typedef struct chk_report {
+    size_t checked, bad;
+    size_t first_bad;            /* index of the first element out of tolerance */
+    double got, want;            /* at first_bad */
+    double max_abs_err, nmse;
+} chk_report;
+/* Compares n values read from got (storage t, element i at got_index(i)) with want.
+ * NaN must meet NaN and infinities must match exactly. Returns 1 when all pass. */
+int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t stride,
+                const double *want, chk_tolerance tol, chk_report *rep);
+/* lse within 1e-5 relative (absolute below magnitude 1), exact for inf/NaN. */
+int chk_compare_lse(const float *got, const double *want, size_t n, chk_report *rep);
+
+#endif

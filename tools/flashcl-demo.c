@@ -1,0 +1,142 @@
+/* flashcl-demo: the main job in one command. Runs softmax on the default device (POCL
+ * when there is no GPU) through the device-buffer API, checks every result against a
+ * float64 CPU reference, and prints device, plan, error and time. Exit status 0 only
+ * when every check passes. */
+#include "check.h"
+#include "flashcl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] = "usage: flashcl-demo [-d DEVICE] [--seed N]\n";
+
+typedef struct demo_case {
+    size_t rows, cols;
+    fcl_dtype dtype;
+    int log;
+} demo_case;
+
+static const demo_case cases[] = {
+    {4096, 1000, FCL_DTYPE_F32, 0}, {256, 4096, FCL_DTYPE_F16, 0}, {256, 4096, FCL_DTYPE_BF16, 1},
+    {8, 200001, FCL_DTYPE_F32, 0},  {2, 643251, FCL_DTYPE_F32, 1},
+};
+
+/* Runs one case; returns 1 when it matches the reference. */
+static int run_case(fcl_context *ctx, cl_context cl_ctx, cl_command_queue queue,
+                    const demo_case *c, chk_rng *rng)
+{
+    fcl_softmax_desc d = {.rows = c->rows, .cols = c->cols, .dtype = c->dtype, .log = c->log};
+    size_t n = c->rows * c->cols, bytes = n * chk_dtype_size(c->dtype);
+    void *x = malloc(bytes), *y = malloc(bytes);
+    float *lse = malloc(c->rows * sizeof(float));
+    double *ref = malloc(n * sizeof(double)), *ref_lse = malloc(c->rows * sizeof(double));
+    cl_mem in = NULL, out = NULL, lse_buf = NULL;
+    cl_event done = NULL;
+    int ok = 0;
+    cl_int err = CL_SUCCESS;
+    if (!x || !y || !lse || !ref || !ref_lse) {
+        fprintf(stderr, "flashcl-demo: out of host memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++)
+        chk_store(x, c->dtype, i, (float)(3.0 * chk_normal(rng)));
+
+    in = clCreateBuffer(cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, x, &err);
+    if (err == CL_SUCCESS)
+        out = clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, bytes, NULL, &err);
+    if (err == CL_SUCCESS)
+        lse_buf = clCreateBuffer(cl_ctx, CL_MEM_WRITE_ONLY, c->rows * sizeof(float), NULL, &err);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "flashcl-demo: clCreateBuffer failed (%d)\n", (int)err);
+        goto done;
+    }
+    fcl_softmax_algo algo = FCL_SOFTMAX_AUTO;
+    fcl_status s = fcl_softmax_plan(ctx, &d, &algo);
+    if (s == FCL_SUCCESS)
+        s = fcl_softmax(ctx, &d, in, NULL, out, lse_buf, 0, NULL, &done);
+    if (s != FCL_SUCCESS) {
+        fprintf(stderr, "flashcl-demo: %s: %s\n", fcl_status_string(s), fcl_context_last_error(ctx));
+        goto done;
+    }
+    err = clEnqueueReadBuffer(queue, out, CL_TRUE, 0, bytes, y, 1, &done, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(queue, lse_buf, CL_TRUE, 0, c->rows * sizeof(float), lse, 0,
+                                  NULL, NULL);
+    cl_ulong t0 = 0, t1 = 0;
+    clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
+    clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+
+    chk_softmax_reference(&d, x, NULL, ref, ref_lse);
+    chk_report out_rep, lse_rep;
+    int out_ok = err == CL_SUCCESS && chk_compare(y, c->dtype, c->rows, c->cols, c->cols, ref,
+                                                  chk_softmax_tolerance(c->dtype), &out_rep);
+    int lse_ok = err == CL_SUCCESS && chk_compare_lse(lse, ref_lse, c->rows, &lse_rep);
+    ok = out_ok && lse_ok;
+    printf("softmax%s %-4s %6zu x %-7zu %-6s %9.3f ms  max|err| %.2e  NMSE %.1e  %s\n",
+           c->log ? "(log)" : "     ", chk_dtype_name(c->dtype), c->rows, c->cols,
+           fcl_softmax_algo_name(algo), (double)(t1 - t0) * 1e-6, out_rep.max_abs_err,
+           out_rep.nmse, ok ? "ok" : "MISMATCH");
+    if (!out_ok && err == CL_SUCCESS && out_rep.first_bad != (size_t)-1)
+        printf("  first mismatch at %zu: got %.9g, want %.9g\n", out_rep.first_bad, out_rep.got,
+               out_rep.want);
+    if (!lse_ok && err == CL_SUCCESS)
+        printf("  lse mismatch at row %zu: got %.9g, want %.9g\n", lse_rep.first_bad, lse_rep.got,
+               lse_rep.want);
+done:
+    if (done)
+        clReleaseEvent(done);
+    if (in)
+        clReleaseMemObject(in);
+    if (out)
+        clReleaseMemObject(out);
+    if (lse_buf)
+        clReleaseMemObject(lse_buf);
+    free(x);
+    free(y);
+    free(lse);
+    free(ref);
+    free(ref_lse);
+    return ok;
+}
+
+int main(int argc, char **argv)
+{
+    fcl_context_options opts = {0};
+    unsigned long long seed = 0;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "-d") == 0 && a + 1 < argc)
+            opts.device = argv[++a];
+        else if (strcmp(argv[a], "--seed") == 0 && a + 1 < argc)
+            seed = strtoull(argv[++a], NULL, 10);
+        else {
+            fputs(usage, strcmp(argv[a], "--help") == 0 ? stdout : stderr);
+            return strcmp(argv[a], "--help") == 0 ? 0 : 2;
+        }
+    }
+    fcl_context *ctx = NULL;
+    fcl_status s = fcl_context_create(&opts, &ctx);
+    if (s != FCL_SUCCESS) {
+        fprintf(stderr, "flashcl-demo: %s: %s\n", fcl_status_string(s), fcl_context_last_error(NULL));
+        return 1;
+    }
+    fcl_device_info info;
+    fcl_context_device_info(ctx, &info);
+    printf("flashcl %s on %s (%s), kernels %s\n", fcl_version_string(), info.name,
+           info.platform_name, info.program_from_cache ? "from the program cache" : "compiled");
+
+    /* The device-buffer API, as an embedding application would use it. */
+    cl_context cl_ctx;
+    cl_command_queue queue;
+    fcl_context_get_cl(ctx, &cl_ctx, NULL, &queue);
+    chk_rng rng = chk_rng_seeded(seed);
+    printf("seed %llu; fused rows up to %zu columns\n", (unsigned long long)rng.state,
+           info.softmax_fused_max_cols);
+    int failures = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        failures += !run_case(ctx, cl_ctx, queue, &cases[i], &rng);
+    fcl_context_destroy(ctx);
+    printf("%s\n", failures ? "FAILED" : "all results match the float64 reference");
+    return failures ? 1 : 0;
+}

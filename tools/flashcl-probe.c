@@ -1,0 +1,183 @@
+/* flashcl-probe: lists every OpenCL device with the capabilities flashcl reads and what
+ * it would choose there. Human output by default, --json for scripts. */
+#include "flashcl.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: flashcl-probe [--json] [-d DEVICE]\n"
+    "  Lists every OpenCL platform and device, the capabilities flashcl plans from,\n"
+    "  and the softmax algorithm it would choose for a few shapes.\n"
+    "  -d DEVICE  only this device: \"P:D\", \"gpu\", \"cpu\" or part of its name\n"
+    "  --json     one JSON document on stdout\n";
+
+/* Shapes whose plan is shown: (rows, cols). */
+static const size_t examples[][2] = {{1, 1000},     {65536, 1024}, {4096, 4096},  {1, 200001},
+                                     {16, 1048576}, {64, 4194304}, {4096, 65536}};
+#define N_EXAMPLES (sizeof examples / sizeof examples[0])
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}
+
+static const char *type_name(cl_device_type t)
+{
+    return (t & CL_DEVICE_TYPE_GPU) ? "gpu" : (t & CL_DEVICE_TYPE_CPU) ? "cpu"
+           : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator" : "other";
+}
+
+static void print_human(const char *spec, const fcl_device_info *i, fcl_context *ctx)
+{
+    printf("device %s: %s\n", spec, i->name);
+    printf("  platform            %s\n", i->platform_name);
+    printf("  vendor              %s (0x%x), driver %s\n", i->vendor, i->vendor_id,
+           i->driver_version);
+    printf("  version             %s; %s\n", i->device_version, i->opencl_c_version);
+    printf("  type                %s, %u compute units\n", type_name(i->type), i->compute_units);
+    printf("  local memory        %llu bytes (%s)\n", (unsigned long long)i->local_mem_size,
+           i->local_mem_is_global ? "global: emulated in ordinary memory" : "local");
+    printf("  global memory       %llu bytes, max allocation %llu\n",
+           (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
+    printf("  work-group          device max %zu, kernels allow %zu\n", i->max_work_group_size,
+           i->kernel_work_group_size);
+    printf("  float vector width  %u; fp16 %s, fp64 %s\n", i->preferred_vector_width_float,
+           i->has_fp16 ? "yes" : "no", i->has_fp64 ? "yes" : "no");
+    printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
+           i->program_from_cache ? "loaded from the program cache" : "compiled from source",
+           (unsigned long long)i->kernel_local_mem_size);
+    printf("  softmax plan        %zu work-items per row; rows up to %zu columns are FUSED\n",
+           i->softmax_work_group_size, i->softmax_fused_max_cols);
+    for (size_t e = 0; e < N_EXAMPLES; e++) {
+        fcl_softmax_desc d = {.rows = examples[e][0], .cols = examples[e][1]};
+        fcl_softmax_algo a = FCL_SOFTMAX_AUTO;
+        fcl_softmax_plan(ctx, &d, &a);
+        printf("    %7zu x %-8zu -> %s\n", d.rows, d.cols, fcl_softmax_algo_name(a));
+    }
+}
+
+static void print_json(const char *spec, const fcl_device_info *i, fcl_context *ctx)
+{
+    printf("{\"id\": ");
+    json_string(spec);
+    printf(", \"name\": ");
+    json_string(i->name);
+    printf(", \"platform\": ");
+    json_string(i->platform_name);
+    printf(", \"vendor\": ");
+    json_string(i->vendor);
+    printf(", \"vendor_id\": %u, \"driver_version\": ", i->vendor_id);
+    json_string(i->driver_version);
+    printf(", \"opencl_c_version\": ");
+    json_string(i->opencl_c_version);
+    printf(", \"type\": \"%s\", \"compute_units\": %u", type_name(i->type), i->compute_units);
+    printf(", \"local_mem_size\": %llu, \"local_mem_type\": \"%s\"",
+           (unsigned long long)i->local_mem_size, i->local_mem_is_global ? "global" : "local");
+    printf(", \"global_mem_size\": %llu, \"max_alloc_size\": %llu",
+           (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
+    printf(", \"max_work_group_size\": %zu, \"kernel_work_group_size\": %zu",
+           i->max_work_group_size, i->kernel_work_group_size);
+    printf(", \"kernel_local_mem_size\": %llu, \"preferred_vector_width_float\": %u",
+           (unsigned long long)i->kernel_local_mem_size, i->preferred_vector_width_float);
+    printf(", \"fp16\": %s, \"fp64\": %s, \"program_from_cache\": %s", i->has_fp16 ? "true" : "false",
+           i->has_fp64 ? "true" : "false", i->program_from_cache ? "true" : "false");
+    printf(", \"softmax\": {\"work_group_size\": %zu, \"fused_max_cols\": %zu, \"plans\": [",
+           i->softmax_work_group_size, i->softmax_fused_max_cols);
+    for (size_t e = 0; e < N_EXAMPLES; e++) {
+        fcl_softmax_desc d = {.rows = examples[e][0], .cols = examples[e][1]};
+        fcl_softmax_algo a = FCL_SOFTMAX_AUTO;
+        fcl_softmax_plan(ctx, &d, &a);
+        printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "", d.rows, d.cols,
+               fcl_softmax_algo_name(a));
+    }
+    printf("]}}");
+}
+
+/* Probes one device; returns 0 on success. */
+static int probe(const char *spec, int json, int first)
+{
+    fcl_context_options opts = {.device = spec};
+    fcl_context *ctx = NULL;
+    fcl_device_info info;
+    fcl_status s = fcl_context_create(&opts, &ctx);
+    if (json && !first)
+        printf(",\n  ");
+    if (s != FCL_SUCCESS) {
+        if (json) {
+            printf("{\"id\": ");
+            json_string(spec);
+            printf(", \"error\": ");
+            json_string(fcl_context_last_error(NULL));
+            printf("}");
+        }
+        fprintf(stderr, "flashcl-probe: device %s: %s: %s\n", spec, fcl_status_string(s),
+                fcl_context_last_error(NULL));
+        return 1;
+    }
+    fcl_context_device_info(ctx, &info);
+    if (json)
+        print_json(spec, &info, ctx);
+    else
+        print_human(spec, &info, ctx);
+    fcl_context_destroy(ctx);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int json = 0, failures = 0, count = 0;
+    const char *only = NULL;
+    for (int a = 1; a < argc; a++) {
+        if (strcmp(argv[a], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[a], "-d") == 0 && a + 1 < argc)
+            only = argv[++a];
+        else {
+            fputs(usage, strcmp(argv[a], "--help") == 0 ? stdout : stderr);
+            return strcmp(argv[a], "--help") == 0 ? 0 : 2;
+        }
+    }
+    cl_platform_id platforms[16];
+    cl_uint n_platforms = 0;
+    if (clGetPlatformIDs(16, platforms, &n_platforms) != CL_SUCCESS || n_platforms == 0) {
+        fprintf(stderr, "flashcl-probe: no OpenCL platform found: install an OpenCL driver "
+                        "(for the CPU: the Debian package pocl-opencl-icd)\n");
+        return 1;
+    }
+    if (json)
+        printf("{\"flashcl_version\": \"%s\", \"devices\": [\n  ", fcl_version_string());
+    if (only) {
+        failures += probe(only, json, 1);
+        count = 1;
+    } else {
+        for (cl_uint p = 0; p < n_platforms && p < 16; p++) {
+            cl_uint n_devices = 0;
+            if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &n_devices) != CL_SUCCESS)
+                continue;
+            for (cl_uint d = 0; d < n_devices; d++) {
+                char spec[32];
+                snprintf(spec, sizeof spec, "%u:%u", p, d);
+                failures += probe(spec, json, count == 0);
+                count++;
+            }
+        }
+    }
+    if (json)
+        printf("\n]}\n");
+    if (count == 0) {
+        fprintf(stderr, "flashcl-probe: the OpenCL platforms list no device\n");
+        return 1;
+    }
+    return failures ? 1 : 0;
+}
