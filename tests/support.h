@@ -1,0 +1,55 @@
+/* Shared by the CMocka tests: one context per test program, seeded random inputs, and a
+ * softmax case runner that checks everything a case can break. */
+#ifndef FLASHCL_TEST_SUPPORT_H
+#define FLASHCL_TEST_SUPPORT_H
+
+#include "check.h"
+#include "flashcl.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+/* The context every test of the program shares (created by support_setup). */
+extern fcl_context *support_ctx;
+extern fcl_device_info support_info;
+int support_setup(void **state);    /* a cmocka group setup */
+int support_teardown(void **state); /* a cmocka group teardown */
+/* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */
+chk_rng *support_rng(void);
+
+/* What the input rows hold. */
+typedef enum fill_kind {
+    FILL_NORMAL,  /* N(0, 3^2) */
+    FILL_WIDE,    /* uniform in [-80, 80]: exp would overflow without the max shift */
+    FILL_HUGE,    /* +-1e30 mixed with ordinary values */
+    FILL_TINY,    /* magnitudes near 1e-30: an almost uniform softmax */
+    FILL_SPECIAL  /* by row: all -inf, a NaN, some -inf, a +inf, ordinary */
+} fill_kind;
+
+typedef enum mask_kind {
+    MASK_NONE,
+    MASK_SHARED, /* one mask row for every row (mask_stride 0) */
+    MASK_PER_ROW /* a row per row, padded stride, with -inf blocks and fully masked rows */
+} mask_kind;
+
+typedef struct softmax_case {
+    size_t rows, cols;
+    fcl_dtype dtype;
+    fcl_softmax_algo algo;
+    int log;
+    float scale;
+    size_t in_pad, out_pad; /* stride = cols + pad; the padding must survive */
+    mask_kind mask;
+    int in_place;
+    fill_kind fill;
+} softmax_case;
+
+/* Runs c through fcl_softmax_host and asserts outputs, lse, padding and inputs.
+ * If got_out is not NULL it receives the dense float result (rows x cols). */
+void run_softmax_case(const softmax_case *c, float *got_out);
+/* The algorithms that can run c's shape on this device (FUSED only where it fits). */
+int algo_can_run(fcl_softmax_algo a, size_t cols);
+
+#endif

@@ -1,0 +1,215 @@
+/* Bad arguments: a clear status, a sentence naming the argument, and nothing written. */
+#include "support.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SENTINEL 99.5f
+
+static float in[64], out[64], lse[8];
+
+static void reset_buffers(void)
+{
+    for (int i = 0; i < 64; i++) {
+        in[i] = (float)i;
+        out[i] = SENTINEL;
+    }
+    for (int i = 0; i < 8; i++)
+        lse[i] = SENTINEL;
+}
+
+static void assert_untouched(void)
+{
+    for (int i = 0; i < 64; i++) {
+        assert_true(out[i] == SENTINEL);
+        assert_true(in[i] == (float)i);
+    }
+    for (int i = 0; i < 8; i++)
+        assert_true(lse[i] == SENTINEL);
+}
+
+/* The call is rejected with `want` and the message names `needle`. */
+static void expect_rejected(fcl_softmax_desc d, fcl_status want, const char *needle)
+{
+    reset_buffers();
+    fcl_status s = fcl_softmax_host(support_ctx, &d, in, NULL, out, lse);
+    if (s != want)
+        fail_msg("got %s, want %s (%s)", fcl_status_string(s), fcl_status_string(want),
+                 fcl_context_last_error(support_ctx));
+    const char *msg = fcl_context_last_error(support_ctx);
+    if (!strstr(msg, needle))
+        fail_msg("message \"%s\" does not name %s", msg, needle);
+    assert_untouched();
+}
+
+static void test_bad_descriptors(void **state)
+{
+    (void)state;
+    const fcl_softmax_desc ok = {.rows = 4, .cols = 8};
+    fcl_softmax_desc d;
+    d = ok, d.rows = 0;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "rows");
+    d = ok, d.cols = 0;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "cols");
+    d = ok, d.in_stride = 7;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "in_stride");
+    d = ok, d.out_stride = 3;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "out_stride");
+    d = ok, d.mask_stride = 2;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "mask_stride");
+    d = ok, d.dtype = (fcl_dtype)7;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "dtype");
+    d = ok, d.algo = (fcl_softmax_algo)9;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "algo");
+    d = ok, d.scale = NAN;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "scale");
+    d = ok, d.scale = INFINITY;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "scale");
+    /* Sizes whose byte count overflows. */
+    d = ok, d.rows = SIZE_MAX / 4, d.cols = 8;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "overflow");
+    d = ok, d.rows = 2, d.cols = SIZE_MAX / 2;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "overflow");
+    d = ok, d.rows = 3, d.in_stride = SIZE_MAX / 2;
+    expect_rejected(d, FCL_ERROR_INVALID_ARGUMENT, "overflow");
+    /* A forced algorithm the device cannot run. */
+    d = ok, d.cols = support_info.softmax_fused_max_cols + 1, d.rows = 1;
+    d.algo = FCL_SOFTMAX_FUSED;
+    reset_buffers();
+    assert_int_equal(fcl_softmax_plan(support_ctx, &d, &(fcl_softmax_algo){0}),
+                     FCL_ERROR_UNSUPPORTED);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "local memory"));
+}
+
+static void test_null_arguments(void **state)
+{
+    (void)state;
+    fcl_softmax_desc d = {.rows = 4, .cols = 8};
+    fcl_softmax_algo a;
+    reset_buffers();
+    assert_int_equal(fcl_softmax_host(NULL, &d, in, NULL, out, lse), FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(NULL), "ctx"));
+    assert_int_equal(fcl_softmax_host(support_ctx, NULL, in, NULL, out, lse),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "descriptor"));
+    assert_int_equal(fcl_softmax_host(support_ctx, &d, NULL, NULL, out, lse),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "in is NULL"));
+    assert_int_equal(fcl_softmax_host(support_ctx, &d, in, NULL, NULL, lse),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "out is NULL"));
+    assert_int_equal(fcl_softmax_plan(support_ctx, &d, NULL), FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_softmax_plan(NULL, &d, &a), FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_softmax(support_ctx, &d, NULL, NULL, NULL, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_context_device_info(NULL, &(fcl_device_info){0}),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_context_create(NULL, NULL), FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_context_create_from_cl(NULL, NULL, NULL, NULL, &(fcl_context *){0}),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    fcl_context_destroy(NULL); /* a no-op */
+    assert_untouched();
+}
+
+static void test_in_place_needs_equal_strides(void **state)
+{
+    (void)state;
+    fcl_softmax_desc d = {.rows = 2, .cols = 8, .in_stride = 8, .out_stride = 9};
+    reset_buffers();
+    assert_int_equal(fcl_softmax_host(support_ctx, &d, out, NULL, out, lse),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "in place"));
+    assert_untouched();
+}
+
+/* Device buffers: too small, from a foreign context, a wait list without events. */
+static void test_bad_device_buffers(void **state)
+{
+    (void)state;
+    cl_context cl_ctx;
+    cl_command_queue q;
+    cl_int err;
+    assert_int_equal(fcl_context_get_cl(support_ctx, &cl_ctx, NULL, &q), FCL_SUCCESS);
+    float init[32];
+    for (int i = 0; i < 32; i++)
+        init[i] = SENTINEL;
+    cl_mem small = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 31 * 4, init, &err);
+    cl_mem big = clCreateBuffer(cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, 32 * 4, init, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    fcl_softmax_desc d = {.rows = 4, .cols = 8};
+
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, NULL, small, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "out holds 124 bytes"));
+    assert_int_equal(fcl_softmax(support_ctx, &d, small, NULL, big, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "in holds"));
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
+                     FCL_SUCCESS); /* one shared mask row of 8 floats fits */
+    d.mask_stride = 8;
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "mask holds"));
+    d.mask_stride = 0;
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, NULL, big, small, 2, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "wait"));
+
+    /* A buffer of another OpenCL context. */
+    cl_device_id dev;
+    fcl_context_get_cl(support_ctx, NULL, &dev, NULL);
+    cl_context other = clCreateContext(NULL, 1, &dev, NULL, NULL, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    cl_mem foreign = clCreateBuffer(other, CL_MEM_READ_WRITE, 32 * 4, NULL, &err);
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, NULL, foreign, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "another cl_context"));
+    clReleaseMemObject(foreign);
+    clReleaseContext(other);
+
+    /* The rejected calls wrote nothing into small. */
+    float back[31];
+    assert_int_equal(clEnqueueReadBuffer(q, small, CL_TRUE, 0, sizeof back, back, 0, NULL, NULL),
+                     CL_SUCCESS);
+    for (int i = 0; i < 31; i++)
+        assert_true(back[i] == SENTINEL);
+    clReleaseMemObject(small);
+    clReleaseMemObject(big);
+}
+
+static void test_status_strings_and_devices(void **state)
+{
+    (void)state;
+    const fcl_status all[] = {
+#define FCL_STATUS_VALUE(name, value, text) name,
+        FCL_STATUS_LIST(FCL_STATUS_VALUE)
+#undef FCL_STATUS_VALUE
+    };
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(fcl_status_string(all[i]), fcl_status_string(all[j]));
+    assert_non_null(strstr(fcl_status_string(FCL_ERROR_UNSUPPORTED), "FCL_ERROR_UNSUPPORTED"));
+    assert_string_equal(fcl_status_string((fcl_status)-99), "unknown flashcl status");
+    assert_string_equal(fcl_version_string(), "0.1.0");
+
+    fcl_context *ctx = NULL;
+    fcl_context_options opts = {.device = "no-such-device-anywhere"};
+    assert_int_equal(fcl_context_create(&opts, &ctx), FCL_ERROR_NO_DEVICE);
+    assert_null(ctx);
+    assert_non_null(strstr(fcl_context_last_error(NULL), "no-such-device-anywhere"));
+    opts.device = "7:7";
+    assert_int_equal(fcl_context_create(&opts, &ctx), FCL_ERROR_NO_DEVICE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_descriptors),
+        cmocka_unit_test(test_null_arguments),
+        cmocka_unit_test(test_in_place_needs_equal_strides),
+        cmocka_unit_test(test_bad_device_buffers),
+        cmocka_unit_test(test_status_strings_and_devices),
+    };
+    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+}

@@ -1,0 +1,161 @@
+/* The on-disk program cache: cold build, warm load, and files that must not be trusted. */
+#define _XOPEN_SOURCE 700 /* mkdtemp, truncate */
+#include "support.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char cache_dir[256];
+
+/* Creates a context on cache_dir (or dir), checks it computes softmax correctly, and
+ * returns whether its kernels came from the cache. */
+static int create_and_check(const char *dir)
+{
+    fcl_context_options opts = {.cache_dir = dir};
+    fcl_context *ctx = NULL;
+    fcl_status s = fcl_context_create(&opts, &ctx);
+    if (s != FCL_SUCCESS)
+        fail_msg("context: %s: %s", fcl_status_string(s), fcl_context_last_error(NULL));
+    fcl_device_info info;
+    assert_int_equal(fcl_context_device_info(ctx, &info), FCL_SUCCESS);
+    /* A small softmax through the loaded program proves the binary works. */
+    const float in[4] = {1, 3, 5, 2};
+    float out[4], lse;
+    fcl_softmax_desc d = {.rows = 1, .cols = 4};
+    assert_int_equal(fcl_softmax_host(ctx, &d, in, NULL, out, &lse), FCL_SUCCESS);
+    assert_float_equal(lse, 5.0 + 0.18518, 1e-4); /* log(1.20344) */
+    fcl_context_destroy(ctx);
+    return info.program_from_cache;
+}
+
+/* The single cache file in cache_dir (fails when there is not exactly one). */
+static void cache_file(char *path, size_t cap)
+{
+    DIR *dir = opendir(cache_dir);
+    struct dirent *e;
+    int count = 0;
+    assert_non_null(dir);
+    while ((e = readdir(dir)) != NULL)
+        if (strstr(e->d_name, ".bin")) {
+            count++;
+            snprintf(path, cap, "%s/%s", cache_dir, e->d_name);
+        }
+    closedir(dir);
+    assert_int_equal(count, 1);
+}
+
+static long file_size(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fclose(f);
+    return n;
+}
+
+static void corrupt_byte(const char *path, long at)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, at, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(cache_dir, sizeof cache_dir, "%s/flashcl-cache-test-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    return mkdtemp(cache_dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char path[512];
+    DIR *dir = opendir(cache_dir);
+    struct dirent *e;
+    while (dir && (e = readdir(dir)) != NULL)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
+            remove(path);
+        }
+    if (dir)
+        closedir(dir);
+    rmdir(cache_dir);
+    return 0;
+}
+
+static void test_cold_then_warm(void **state)
+{
+    (void)state;
+    char path[512];
+    assert_false(create_and_check(cache_dir)); /* cold: compiled and stored */
+    cache_file(path, sizeof path);
+    assert_true(create_and_check(cache_dir)); /* warm: loaded */
+}
+
+static void test_corrupt_file_is_rebuilt(void **state)
+{
+    (void)state;
+    char path[512];
+    create_and_check(cache_dir);
+    cache_file(path, sizeof path);
+    long size = file_size(path);
+    corrupt_byte(path, size / 2 + 16); /* inside the binary: its checksum fails */
+    assert_false(create_and_check(cache_dir));
+    assert_int_equal(file_size(path), size); /* rewritten whole */
+    assert_true(create_and_check(cache_dir));
+
+    corrupt_byte(path, 20); /* inside the stored identity: not this build's file */
+    assert_false(create_and_check(cache_dir));
+    assert_true(create_and_check(cache_dir));
+}
+
+static void test_truncated_file_is_rebuilt(void **state)
+{
+    (void)state;
+    char path[512];
+    create_and_check(cache_dir);
+    cache_file(path, sizeof path);
+    long size = file_size(path);
+    assert_int_equal(truncate(path, size - 100), 0);
+    assert_false(create_and_check(cache_dir));
+    assert_int_equal(file_size(path), size);
+    assert_int_equal(truncate(path, 3), 0); /* shorter than the magic */
+    assert_false(create_and_check(cache_dir));
+    assert_true(create_and_check(cache_dir));
+}
+
+static void test_unusable_cache_only_costs_speed(void **state)
+{
+    (void)state;
+    char blocked[600];
+    /* A directory that cannot be created: its parent is a regular file. */
+    snprintf(blocked, sizeof blocked, "%s/plain-file", cache_dir);
+    FILE *f = fopen(blocked, "w");
+    assert_non_null(f);
+    fclose(f);
+    strcat(blocked, "/cache");
+    assert_false(create_and_check(blocked));
+    /* "" disables the cache: even after a build, nothing is loaded. */
+    assert_false(create_and_check(""));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cold_then_warm, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_file_is_rebuilt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_truncated_file_is_rebuilt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unusable_cache_only_costs_speed, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
