@@ -1,0 +1,16 @@
+#!/bin/sh
+# Installs what flashcl needs on Debian/Ubuntu: a C compiler, CMake, the OpenCL loader and
+# headers, POCL (OpenCL on the CPU, for machines without a GPU driver) and CMocka.
+# Does nothing when everything is already there.
+set -e
+packages="gcc libc6-dev make cmake ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libcmocka-dev"
+missing=""
+for p in $packages; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "installing:$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
