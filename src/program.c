@@ -18,7 +18,7 @@
 extern const char fcl_cl_common[];
 extern const char fcl_cl_softmax[];
 
-#define FCL_BUILD_OPTIONS "-cl-std=CL1.2"
+#define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
 #define FCL_CACHE_MAGIC "FLASHCL1"
 #define FCL_CACHE_MAX_FILE (512u << 20)
 
@@ -122,14 +122,20 @@ static const char *resolve_cache_dir(const char *requested, char *buf, size_t ca
     return (n > 0 && (size_t)n < cap) ? buf : NULL;
 }
 
+/* Where and how to build: the cache directory (NULL: none) and the compiler options. */
+typedef struct build_setup {
+    const char *cache_dir;
+    char options[1024];
+} build_setup;
+
 /* Everything that determines the binary, as text: stored in the file and compared. */
-static char *cache_identity(const fcl_device_info *info, const char *source)
+static char *cache_identity(const fcl_device_info *info, const char *options, const char *source)
 {
     text t = {0};
     text_add(&t,
              "flashcl %s\noptions %s\nplatform %s\ndevice %s\nversion %s\ndriver %s\n"
              "source %zu %016llx\n",
-             fcl_version_string(), FCL_BUILD_OPTIONS, info->platform_name, info->name,
+             fcl_version_string(), options, info->platform_name, info->name,
              info->device_version, info->driver_version, strlen(source),
              (unsigned long long)fcl_hash(FCL_HASH_INIT, source, strlen(source)));
     if (t.failed) {
@@ -262,27 +268,29 @@ static void append_build_log(fcl_context *ctx, cl_program program)
     free(log);
 }
 
-static cl_program build_from_binary(fcl_context *ctx, const unsigned char *binary, size_t len)
+static cl_program build_from_binary(fcl_context *ctx, const char *options,
+                                    const unsigned char *binary, size_t len)
 {
     cl_int err, binary_status;
     cl_program p = clCreateProgramWithBinary(ctx->cl_ctx, 1, &ctx->device, &len, &binary,
                                              &binary_status, &err);
     if (err != CL_SUCCESS || binary_status != CL_SUCCESS)
         return NULL;
-    if (clBuildProgram(p, 1, &ctx->device, FCL_BUILD_OPTIONS, NULL, NULL) != CL_SUCCESS) {
+    if (clBuildProgram(p, 1, &ctx->device, options, NULL, NULL) != CL_SUCCESS) {
         clReleaseProgram(p);
         return NULL;
     }
     return p;
 }
 
-static fcl_status build_from_source(fcl_context *ctx, const char *source, cl_program *out)
+static fcl_status build_from_source(fcl_context *ctx, const char *options, const char *source,
+                                    cl_program *out)
 {
     cl_int err;
     cl_program p = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (err != CL_SUCCESS)
         return fcl_fail_cl(ctx, err, "clCreateProgramWithSource");
-    err = clBuildProgram(p, 1, &ctx->device, FCL_BUILD_OPTIONS, NULL, NULL);
+    err = clBuildProgram(p, 1, &ctx->device, options, NULL, NULL);
     if (err != CL_SUCCESS) {
         fcl_status s = fcl_fail_cl(ctx, err, "building the kernels for this device");
         append_build_log(ctx, p);
@@ -294,7 +302,7 @@ static fcl_status build_from_source(fcl_context *ctx, const char *source, cl_pro
 }
 
 /* The program for one work-group size, from the cache when it holds a valid binary. */
-static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const char *cache_dir)
+static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const build_setup *setup)
 {
     fcl_status s = FCL_ERROR_OUT_OF_HOST_MEMORY;
     char path[4096];
@@ -302,7 +310,8 @@ static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const 
     char *source = program_source(work_group_size);
     if (!source)
         return fcl_fail(ctx, s, "no host memory for the kernel source");
-    int use_cache = cache_dir && (identity = cache_identity(&ctx->info, source)) &&
+    const char *cache_dir = setup->cache_dir;
+    int use_cache = cache_dir && (identity = cache_identity(&ctx->info, setup->options, source)) &&
                     cache_path(path, sizeof path, cache_dir, identity) == 0;
 
     ctx->info.program_from_cache = 0;
@@ -310,14 +319,14 @@ static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const 
         size_t len = 0;
         unsigned char *binary = cache_load(path, identity, &len);
         if (binary) {
-            ctx->program = build_from_binary(ctx, binary, len);
+            ctx->program = build_from_binary(ctx, setup->options, binary, len);
             ctx->info.program_from_cache = ctx->program != NULL;
             free(binary);
         }
     }
     s = FCL_SUCCESS;
     if (!ctx->program) {
-        s = build_from_source(ctx, source, &ctx->program);
+        s = build_from_source(ctx, setup->options, source, &ctx->program);
         if (s == FCL_SUCCESS && use_cache) {
             size_t len = 0;
             unsigned char *binary = program_binary(ctx->program, &len);
@@ -378,12 +387,19 @@ static fcl_status create_kernels(fcl_context *ctx)
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
 {
     char dir_buf[4096];
-    const char *cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
+    build_setup setup;
+    const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
+    setup.cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
+    if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
+                 extra ? extra : "") >= (int)sizeof setup.options)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "FLASHCL_BUILD_OPTIONS is longer than %zu characters",
+                        sizeof setup.options - sizeof FCL_BASE_BUILD_OPTIONS - 1);
     size_t lws = fcl_plan_work_group_size(&ctx->info);
     /* The planned size is checked against what each compiled kernel allows; if one allows
      * less (register pressure), rebuild at the largest size that every kernel accepts. */
     for (;;) {
-        fcl_status s = load_or_build(ctx, lws, cache_dir);
+        fcl_status s = load_or_build(ctx, lws, &setup);
         if (s == FCL_SUCCESS)
             s = create_kernels(ctx);
         if (s != FCL_SUCCESS) {

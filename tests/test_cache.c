@@ -149,6 +149,26 @@ static void test_unusable_cache_only_costs_speed(void **state)
     assert_false(create_and_check(""));
 }
 
+/* A kernel build that fails reports FCL_ERROR_BUILD_FAILED with the compiler's log, and
+ * its options are part of the cache key (the broken build is never served from it). */
+static void test_build_failure_reports_log(void **state)
+{
+    (void)state;
+    fcl_context_options opts = {.cache_dir = cache_dir};
+    fcl_context *ctx = NULL;
+    create_and_check(cache_dir);
+    /* A function name that becomes a number: a syntax error for any compiler. */
+    setenv("FLASHCL_BUILD_OPTIONS", "-Dfcl_stat_merge=12345", 1);
+    fcl_status s = fcl_context_create(&opts, &ctx);
+    unsetenv("FLASHCL_BUILD_OPTIONS");
+    assert_int_equal(s, FCL_ERROR_BUILD_FAILED);
+    assert_null(ctx);
+    const char *msg = fcl_context_last_error(NULL);
+    assert_non_null(strstr(msg, "build log"));
+    assert_non_null(strstr(msg, "error"));
+    assert_true(create_and_check(cache_dir)); /* the good binary is still cached */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -156,6 +176,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_corrupt_file_is_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_file_is_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_cache_only_costs_speed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_build_failure_reports_log, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
