@@ -122,3 +122,28 @@ float fcl_score(float x, float scale, __global const float *mask_row, ulong j, u
     float s = scale * x;
     return (flags & FCL_FLAG_MASK) ? s + mask_row[j] : s;
 }
+
+/* ---- Storage type chosen at run time (attention: q, kv and out types are independent;
+ * loads and stores happen once per tile element, outside the inner loops). ---- */
+#define FCL_DTYPE_F32 0u
+#define FCL_DTYPE_F16 1u
+#define FCL_DTYPE_BF16 2u
+
+float fcl_load_any(__global const void *p, uint dtype, ulong i)
+{
+    if (dtype == FCL_DTYPE_F16)
+        return fcl_load_f16((__global const half *)p, i);
+    if (dtype == FCL_DTYPE_BF16)
+        return fcl_load_bf16((__global const ushort *)p, i);
+    return fcl_load_f32((__global const float *)p, i);
+}
+
+void fcl_store_any(__global void *p, uint dtype, ulong i, float v)
+{
+    if (dtype == FCL_DTYPE_F16)
+        fcl_store_f16((__global half *)p, i, v);
+    else if (dtype == FCL_DTYPE_BF16)
+        fcl_store_bf16((__global ushort *)p, i, v);
+    else
+        fcl_store_f32((__global float *)p, i, v);
+}

@@ -94,6 +94,12 @@ typedef struct fcl_device_info {
     /* Plan derived from the above. */
     size_t softmax_work_group_size;  /* work-items per row (or row slice) */
     size_t softmax_fused_max_cols;   /* longest row FUSED can hold in local memory */
+    /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256);
+     * block_q 0 when the device cannot hold even the smallest tile. */
+    struct fcl_attention_tile {
+        size_t max_head_dim, block_q, block_kv;
+        cl_ulong local_mem_size; /* what the compiled kernel uses */
+    } attention_tiles[3];
     int program_from_cache;          /* 1 when the kernels came from the on-disk cache */
 } fcl_device_info;
 
@@ -147,6 +153,66 @@ FCL_API fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d,
 /* The algorithm fcl_softmax would run for d, without running it. */
 FCL_API fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo);
 FCL_API const char *fcl_softmax_algo_name(fcl_softmax_algo a);
+
+/* ---- Single-pass attention ---- */
+typedef enum fcl_causal {
+    FCL_CAUSAL_NONE = 0,
+    FCL_CAUSAL_TOP_LEFT = 1,    /* key j visible to query i iff j <= i */
+    FCL_CAUSAL_BOTTOM_RIGHT = 2 /* iff j <= i + len_kv - len_q (queries are the last tokens) */
+} fcl_causal;
+
+typedef enum fcl_mask_type {
+    FCL_MASK_NONE = 0,
+    FCL_MASK_ADD_F32 = 1, /* float32, added to the scaled scores (-inf hides a key) */
+    FCL_MASK_BOOL_U8 = 2  /* uint8, nonzero = may attend */
+} fcl_mask_type;
+
+typedef enum fcl_layout {
+    FCL_LAYOUT_BHLD = 0, /* [batch][head][token][dim], contiguous */
+    FCL_LAYOUT_BLHD = 1  /* [batch][token][head][dim], contiguous */
+} fcl_layout;
+
+typedef struct fcl_attention_desc {
+    size_t batch, heads_q;
+    size_t heads_kv; /* 0 = heads_q; must divide heads_q (GQA, MQA) */
+    size_t len_q, len_kv;
+    size_t head_dim;   /* 1..256 */
+    size_t head_dim_v; /* 0 = head_dim; 1..256 */
+    float scale;       /* 0 = 1/sqrt(head_dim) */
+    fcl_causal causal;
+    fcl_mask_type mask_type;
+    /* Mask element (b, h, i, j) is at b*mask_stride_batch + h*mask_stride_head +
+     * i*mask_stride_q + j (elements; the key axis is contiguous). 0 = broadcast over that
+     * axis; a nonzero mask_stride_q must be >= len_kv. */
+    size_t mask_stride_batch, mask_stride_head, mask_stride_q;
+    fcl_layout layout;                  /* of q, k, v and out */
+    fcl_dtype dtype_q, dtype_kv, dtype_o; /* storage types; arithmetic is float32 */
+    /* Key splits (split-KV, flash-decoding): 0 = AUTO (split when the query tiles alone
+     * cannot fill the device), 1 = never, N = N splits (at most one per key tile, <= 256). */
+    size_t kv_splits;
+} fcl_attention_desc;
+
+/* out[b,h,i,:] = sum_j softmax_j(scale * q_i . k_j + mask + causal) v_j, with kv head
+ * h / (heads_q / heads_kv); lse[b,h,i] (float32, [batch][heads_q][len_q]) = log-sum-exp of the
+ * row. A query with no visible key gives out = 0 and lse = -inf. The len_q x len_kv scores
+ * are never stored; extra device memory is O(batch * heads_q * len_q * head_dim_v) for the
+ * split-KV partials. mask (NULL unless mask_type is set) and lse may be NULL. */
+FCL_API fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
+                                 cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
+                                 const cl_event *wait, cl_event *done);
+/* Blocking, on host memory. */
+FCL_API fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, const void *q,
+                                      const void *k, const void *v, const void *mask, void *out,
+                                      float *lse);
+
+/* How fcl_attention would run d: the tile shape and the number of key splits. */
+typedef struct fcl_attention_plan_info {
+    size_t block_q, block_kv; /* queries and keys per tile */
+    size_t kv_splits;         /* 1: no split-KV */
+    size_t work_group_size;
+} fcl_attention_plan_info;
+FCL_API fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
+                                      fcl_attention_plan_info *info);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,9 @@
 
 #define FCL_ERROR_TEXT_MAX 16384
 #define FCL_DTYPE_COUNT 3
+#define FCL_ATTENTION_BUCKETS 3       /* head_dim (and head_dim_v) up to 64, 128, 256 */
+#define FCL_ATTENTION_WORK_GROUP 64   /* FA_TQ x FA_TK in attention.cl */
+#define FCL_ATTENTION_MAX_SPLITS 256  /* FA_MAX_SPLITS in attention_merge.cl */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -28,6 +31,8 @@ struct fcl_context {
     cl_command_queue queue;
     cl_program program;
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
+    cl_kernel attention[FCL_ATTENTION_BUCKETS]; /* NULL where no tile fits the device */
+    cl_kernel attention_merge;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
     char last_error[FCL_ERROR_TEXT_MAX];
@@ -77,5 +82,30 @@ typedef struct fcl_softmax_launch {
  * FCL_ERROR_UNSUPPORTED when a forced algorithm cannot run on the device. */
 fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc *d,
                             fcl_softmax_launch *launch);
+
+/* Attention tiles: candidates (block_q, block_kv), best first. */
+size_t fcl_attention_bucket_dim(int bucket);
+/* The bucket whose kernel handles max(head_dim, head_dim_v), or -1 above 256. */
+int fcl_attention_bucket(size_t head_dim, size_t head_dim_v);
+void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
+/* The first candidate from `first` on whose registers and estimated local memory fit the
+ * device; -1 when none does. */
+int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first);
+/* Local memory an attention tile uses (what attention.cl declares). */
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
+
+typedef struct fcl_attention_launch {
+    int bucket;
+    size_t block_q, block_kv;
+    size_t q_tiles;   /* per (batch, head) */
+    size_t splits;    /* key splits; 1: the kernel writes the output itself */
+    size_t split_len; /* keys per split, a multiple of block_kv */
+    size_t groups;    /* work-groups launched (each loops over tiles) */
+} fcl_attention_launch;
+
+/* Tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled in).
+ * FCL_ERROR_UNSUPPORTED when the device has no tile for its head dimensions. */
+fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
+                              fcl_attention_launch *launch);
 
 #endif /* FLASHCL_INTERNAL_H */

@@ -94,3 +94,91 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
     return FCL_SUCCESS;
 }
+
+/* ---- attention ---- */
+
+static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256};
+/* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
+static const size_t tile_candidates[][2] = {{32, 32}, {16, 32}, {16, 16}, {8, 16}, {8, 8}};
+#define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
+/* Float accumulators per work-item (8 x 8 work-items per group: output and score blocks)
+ * beyond which GPUs spill registers. */
+#define FCL_ATTENTION_MAX_ACCUMULATORS 80
+/* Work-groups per compute unit that keep it busy; fewer query tiles call for split-KV. */
+#define FCL_ATTENTION_GPU_GROUPS_PER_CU 4
+#define FCL_ATTENTION_MIN_TILES_PER_SPLIT 4
+
+size_t fcl_attention_bucket_dim(int bucket) { return bucket_dims[bucket]; }
+
+int fcl_attention_bucket(size_t head_dim, size_t head_dim_v)
+{
+    size_t dim = head_dim > head_dim_v ? head_dim : head_dim_v;
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        if (dim <= bucket_dims[b])
+            return b;
+    return -1;
+}
+
+void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv)
+{
+    *block_q = tile_candidates[candidate][0];
+    *block_kv = tile_candidates[candidate][1];
+}
+
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv)
+{
+    /* q_tile and kv_tile rows of dim + 1 floats, p_tile, and three per-row statistics. */
+    return sizeof(float) *
+           (block_q * (dim + 1) + block_kv * (dim + 1) + block_q * (block_kv + 1) + 3 * block_q);
+}
+
+int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first)
+{
+    size_t dim = bucket_dims[bucket];
+    for (int c = first; c < N_TILE_CANDIDATES; c++) {
+        size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
+        size_t accumulators = (bq / 8) * ceil_div(dim, 8) + (bq / 8) * (bk / 8);
+        if (accumulators <= FCL_ATTENTION_MAX_ACCUMULATORS &&
+            fcl_attention_local_bytes(dim, bq, bk) <= info->local_mem_size)
+            return c;
+    }
+    return -1;
+}
+
+static size_t attention_splits(const fcl_device_info *info, const fcl_attention_desc *d,
+                               size_t work, size_t kv_tiles)
+{
+    size_t splits;
+    if (d->kv_splits) {
+        splits = d->kv_splits;
+    } else {
+        size_t fill = (size_t)info->compute_units *
+                      (is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
+        splits = work >= fill ? 1 : min_size(ceil_div(fill, work),
+                                             kv_tiles / FCL_ATTENTION_MIN_TILES_PER_SPLIT);
+    }
+    splits = min_size(min_size(splits, kv_tiles), FCL_ATTENTION_MAX_SPLITS);
+    return splits ? splits : 1;
+}
+
+fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
+                              fcl_attention_launch *launch)
+{
+    int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
+    if (bucket < 0 || info->attention_tiles[bucket].block_q == 0)
+        return FCL_ERROR_UNSUPPORTED;
+    size_t bq = info->attention_tiles[bucket].block_q, bk = info->attention_tiles[bucket].block_kv;
+    size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
+    size_t work = q_tiles * d->batch * d->heads_q;
+    size_t splits = attention_splits(info, d, work, kv_tiles);
+    size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
+
+    launch->bucket = bucket;
+    launch->block_q = bq;
+    launch->block_kv = bk;
+    launch->q_tiles = q_tiles;
+    launch->split_len = ceil_div(kv_tiles, splits) * bk;
+    launch->splits = ceil_div(d->len_kv, launch->split_len); /* no empty split */
+    launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
+    return FCL_SUCCESS;
+}

@@ -17,6 +17,8 @@
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
 extern const char fcl_cl_common[];
 extern const char fcl_cl_softmax[];
+extern const char fcl_cl_attention[];
+extern const char fcl_cl_attention_merge[];
 
 #define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
 #define FCL_CACHE_MAGIC "FLASHCL1"
@@ -25,6 +27,13 @@ extern const char fcl_cl_softmax[];
 static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write"};
+
+/* What the prelude and the kernel list depend on: planned from the device, then corrected
+ * by what the compiled kernels report. */
+typedef struct kernel_plan {
+    size_t work_group_size;
+    int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
+} kernel_plan;
 
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n)
 {
@@ -69,15 +78,27 @@ static void text_add(text *t, const char *fmt, ...)
     }
 }
 
-static char *program_source(size_t work_group_size)
+static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
     text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n",
-             work_group_size);
+             plan->work_group_size);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
                  dtype_suffix[dt], fcl_cl_softmax);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        size_t bq, bk, dim = fcl_attention_bucket_dim(b);
+        if (plan->tile[b] < 0)
+            continue;
+        fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
+        text_add(&t,
+                 "#define FA_NAME d%zu\n#define FA_D %zu\n#define FA_BQ %zu\n#define FA_BK %zu\n"
+                 "#line 1 \"attention.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n#undef FA_BQ\n"
+                 "#undef FA_BK\n",
+                 dim, dim, bq, bk, fcl_cl_attention);
+    }
+    text_add(&t, "#line 1 \"attention_merge.cl\"\n%s\n", fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
         return NULL;
@@ -302,12 +323,12 @@ static fcl_status build_from_source(fcl_context *ctx, const char *options, const
 }
 
 /* The program for one work-group size, from the cache when it holds a valid binary. */
-static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const build_setup *setup)
+static fcl_status load_or_build(fcl_context *ctx, const kernel_plan *plan, const build_setup *setup)
 {
     fcl_status s = FCL_ERROR_OUT_OF_HOST_MEMORY;
     char path[4096];
     char *identity = NULL;
-    char *source = program_source(work_group_size);
+    char *source = program_source(plan);
     if (!source)
         return fcl_fail(ctx, s, "no host memory for the kernel source");
     const char *cache_dir = setup->cache_dir;
@@ -340,54 +361,101 @@ static fcl_status load_or_build(fcl_context *ctx, size_t work_group_size, const 
     return s;
 }
 
+static void release_kernel(cl_kernel *k)
+{
+    if (*k)
+        clReleaseKernel(*k);
+    *k = NULL;
+}
+
 void fcl_release_kernels(fcl_context *ctx)
 {
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
-            if (ctx->softmax[dt][k]) {
-                clReleaseKernel(ctx->softmax[dt][k]);
-                ctx->softmax[dt][k] = NULL;
-            }
+            release_kernel(&ctx->softmax[dt][k]);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        release_kernel(&ctx->attention[b]);
+    release_kernel(&ctx->attention_merge);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
     }
 }
 
-/* Creates every kernel and records the tightest per-kernel limits in ctx->info. */
-static fcl_status create_kernels(fcl_context *ctx)
+/* Creates one kernel; reports the work-group size and local memory it allows and uses. */
+static fcl_status create_kernel(fcl_context *ctx, const char *name, cl_kernel *out, size_t *wg,
+                                cl_ulong *local)
+{
+    cl_int err;
+    *out = clCreateKernel(ctx->program, name, &err);
+    if (err != CL_SUCCESS)
+        return fcl_fail_cl(ctx, err, name);
+    *wg = 0;
+    *local = 0;
+    clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL);
+    clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local,
+                             NULL);
+    return FCL_SUCCESS;
+}
+
+/* Creates the softmax kernels and records their tightest limits in ctx->info. */
+static fcl_status create_softmax_kernels(fcl_context *ctx)
 {
     ctx->info.kernel_work_group_size = ctx->info.max_work_group_size;
     ctx->info.kernel_local_mem_size = 0;
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++) {
             char name[64];
-            cl_int err;
-            size_t wg = 0;
-            cl_ulong local = 0;
+            size_t wg;
+            cl_ulong local;
             snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
-            cl_kernel kernel = clCreateKernel(ctx->program, name, &err);
-            if (err != CL_SUCCESS)
-                return fcl_fail_cl(ctx, err, "clCreateKernel");
-            ctx->softmax[dt][k] = kernel;
-            err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_WORK_GROUP_SIZE,
-                                           sizeof wg, &wg, NULL);
-            if (err == CL_SUCCESS && wg < ctx->info.kernel_work_group_size)
+            fcl_status s = create_kernel(ctx, name, &ctx->softmax[dt][k], &wg, &local);
+            if (s != FCL_SUCCESS)
+                return s;
+            if (wg && wg < ctx->info.kernel_work_group_size)
                 ctx->info.kernel_work_group_size = wg;
-            err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE,
-                                           sizeof local, &local, NULL);
-            if (err == CL_SUCCESS && k == FCL_K_SOFTMAX_FUSED &&
-                local > ctx->info.kernel_local_mem_size)
+            if (k == FCL_K_SOFTMAX_FUSED && local > ctx->info.kernel_local_mem_size)
                 ctx->info.kernel_local_mem_size = local;
         }
     }
     return FCL_SUCCESS;
 }
 
+/* Creates the attention kernels. A bucket whose compiled kernel exceeds the device's local
+ * memory or cannot run a full work-group moves to the next smaller tile (plan->tile) and
+ * *rebuild is set. */
+static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, int *rebuild)
+{
+    size_t wg;
+    cl_ulong local;
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
+        char name[32];
+        tile->max_head_dim = fcl_attention_bucket_dim(b);
+        tile->block_q = tile->block_kv = 0;
+        tile->local_mem_size = 0;
+        if (plan->tile[b] < 0)
+            continue;
+        snprintf(name, sizeof name, "attention_d%zu", tile->max_head_dim);
+        fcl_status s = create_kernel(ctx, name, &ctx->attention[b], &wg, &local);
+        if (s != FCL_SUCCESS)
+            return s;
+        if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_WORK_GROUP) {
+            plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1);
+            *rebuild = 1;
+            continue;
+        }
+        fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
+        tile->local_mem_size = local;
+    }
+    return create_kernel(ctx, "attention_merge", &ctx->attention_merge, &wg, &local);
+}
+
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
 {
     char dir_buf[4096];
     build_setup setup;
+    kernel_plan plan;
     const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
     setup.cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
     if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
@@ -395,24 +463,33 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "FLASHCL_BUILD_OPTIONS is longer than %zu characters",
                         sizeof setup.options - sizeof FCL_BASE_BUILD_OPTIONS - 1);
-    size_t lws = fcl_plan_work_group_size(&ctx->info);
-    /* The planned size is checked against what each compiled kernel allows; if one allows
-     * less (register pressure), rebuild at the largest size that every kernel accepts. */
+    plan.work_group_size = fcl_plan_work_group_size(&ctx->info);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        plan.tile[b] = fcl_plan_attention_tile(&ctx->info, b, 0);
+    /* The plan is checked against what each compiled kernel allows: a kernel that allows a
+     * smaller work-group (register pressure) or needs more local memory than the device has
+     * makes a rebuild with the largest size that fits. The loop ends: each round shrinks. */
     for (;;) {
-        fcl_status s = load_or_build(ctx, lws, &setup);
+        int rebuild = 0;
+        fcl_status s = load_or_build(ctx, &plan, &setup);
         if (s == FCL_SUCCESS)
-            s = create_kernels(ctx);
+            s = create_softmax_kernels(ctx);
+        if (s == FCL_SUCCESS)
+            s = create_attention_kernels(ctx, &plan, &rebuild);
         if (s != FCL_SUCCESS) {
             fcl_release_kernels(ctx);
             return s;
         }
         size_t fitting = fcl_plan_work_group_size(&ctx->info);
-        if (fitting >= lws)
+        if (fitting < plan.work_group_size) {
+            plan.work_group_size = fitting;
+            rebuild = 1;
+        }
+        if (!rebuild)
             break;
         fcl_release_kernels(ctx);
-        lws = fitting;
     }
-    ctx->info.softmax_work_group_size = lws;
+    ctx->info.softmax_work_group_size = plan.work_group_size;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
     return FCL_SUCCESS;
 }

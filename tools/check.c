@@ -2,6 +2,7 @@
 #include "check.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -136,6 +137,89 @@ void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const floa
     }
 }
 
+size_t chk_attention_offset(fcl_layout layout, size_t heads, size_t len, size_t dim, size_t b,
+                            size_t h, size_t l)
+{
+    if (layout == FCL_LAYOUT_BLHD)
+        return ((b * len + l) * heads + h) * dim;
+    return ((b * heads + h) * len + l) * dim;
+}
+
+fcl_attention_desc chk_attention_defaults(fcl_attention_desc d)
+{
+    if (!d.heads_kv)
+        d.heads_kv = d.heads_q;
+    if (!d.head_dim_v)
+        d.head_dim_v = d.head_dim;
+    if (d.scale == 0.0f)
+        d.scale = (float)(1.0 / sqrt((double)d.head_dim));
+    return d;
+}
+
+static int key_visible(const fcl_attention_desc *d, const void *mask, size_t b, size_t h,
+                       size_t i, size_t j, double *add)
+{
+    *add = 0.0;
+    if (d->causal == FCL_CAUSAL_TOP_LEFT && j > i)
+        return 0;
+    if (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && (double)j > (double)i + (double)d->len_kv - (double)d->len_q)
+        return 0;
+    size_t at = b * d->mask_stride_batch + h * d->mask_stride_head + i * d->mask_stride_q + j;
+    if (d->mask_type == FCL_MASK_BOOL_U8)
+        return ((const unsigned char *)mask)[at] != 0;
+    if (d->mask_type == FCL_MASK_ADD_F32)
+        *add = ((const float *)mask)[at];
+    return 1;
+}
+
+void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k, const void *v,
+                       const void *mask, size_t b, size_t h, size_t i, double *out_row,
+                       double *lse)
+{
+    size_t hk = h / (d->heads_q / d->heads_kv), dim = d->head_dim, dim_v = d->head_dim_v;
+    size_t qo = chk_attention_offset(d->layout, d->heads_q, d->len_q, dim, b, h, i);
+    double m = -INFINITY, sum = 0.0;
+    int undefined = 0;
+    double *score = malloc(d->len_kv * sizeof(double));
+    for (size_t j = 0; j < d->len_kv; j++) {
+        double add, s = 0.0;
+        if (!key_visible(d, mask, b, h, i, j, &add)) {
+            score[j] = -INFINITY;
+            continue;
+        }
+        size_t ko = chk_attention_offset(d->layout, d->heads_kv, d->len_kv, dim, b, hk, j);
+        for (size_t e = 0; e < dim; e++)
+            s += (double)chk_load(q, d->dtype_q, qo + e) * chk_load(k, d->dtype_kv, ko + e);
+        score[j] = (double)d->scale * s + add;
+        undefined |= isnan(score[j]) || score[j] == INFINITY;
+        m = score[j] > m ? score[j] : m;
+    }
+    for (size_t e = 0; e < dim_v; e++)
+        out_row[e] = 0.0;
+    for (size_t j = 0; j < d->len_kv && m > -INFINITY; j++) {
+        double p = exp(score[j] - m);
+        size_t vo = chk_attention_offset(d->layout, d->heads_kv, d->len_kv, dim_v, b, hk, j);
+        sum += p;
+        for (size_t e = 0; e < dim_v && p > 0; e++)
+            out_row[e] += p * chk_load(v, d->dtype_kv, vo + e);
+    }
+    for (size_t e = 0; e < dim_v; e++)
+        out_row[e] = undefined ? NAN : m == -INFINITY ? 0.0 : out_row[e] / sum;
+    *lse = undefined ? NAN : m == -INFINITY ? -INFINITY : m + log(sum);
+    free(score);
+}
+
+chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)
+{
+    /* f32: NMSE 1e-8 and 5e-5 absolute per element. Half storage: NMSE 1e-5, and per
+     * element the output rounding (outputs stay below about 4 in magnitude). */
+    if (d->dtype_o == FCL_DTYPE_BF16)
+        return (chk_tolerance){2e-2, 0.0, 1e-5};
+    if (d->dtype_o == FCL_DTYPE_F16 || d->dtype_q != FCL_DTYPE_F32 || d->dtype_kv != FCL_DTYPE_F32)
+        return (chk_tolerance){4e-3, 0.0, 1e-5};
+    return (chk_tolerance){5e-5, 0.0, 1e-8};
+}
+
 chk_tolerance chk_softmax_tolerance(fcl_dtype t)
 {
     /* float32 as promised in the README; half types: their rounding (2^-11, 2^-8 relative,
@@ -169,26 +253,47 @@ static void note(chk_report *rep, size_t i, double got, double want, int ok)
     }
 }
 
-int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t stride,
-                const double *want, chk_tolerance tol, chk_report *rep)
+/* Accumulates one comparison into rep and the NMSE sums. */
+static void compare_one(chk_report *rep, size_t i, double g, double w, chk_tolerance tol,
+                        double *err2, double *ref2)
 {
-    double err2 = 0.0, ref2 = 0.0;
-    memset(rep, 0, sizeof *rep);
-    for (size_t r = 0; r < rows; r++)
-        for (size_t j = 0; j < cols; j++) {
-            double g = chk_load(got, t, r * stride + j), w = want[r * cols + j];
-            note(rep, r * cols + j, g, w, close_enough(g, w, tol.atol, tol.rtol));
-            if (isfinite(g) && isfinite(w)) {
-                err2 += (g - w) * (g - w);
-                ref2 += w * w;
-            }
-        }
+    note(rep, i, g, w, close_enough(g, w, tol.atol, tol.rtol));
+    if (isfinite(g) && isfinite(w)) {
+        *err2 += (g - w) * (g - w);
+        *ref2 += w * w;
+    }
+}
+
+static int finish_compare(chk_report *rep, double err2, double ref2, chk_tolerance tol)
+{
     rep->nmse = ref2 > 0 ? err2 / ref2 : err2;
     if (rep->nmse > tol.nmse && rep->bad == 0) {
         rep->bad = 1; /* every element passed, the whole did not */
         rep->first_bad = (size_t)-1;
     }
     return rep->bad == 0;
+}
+
+int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t stride,
+                const double *want, chk_tolerance tol, chk_report *rep)
+{
+    double err2 = 0.0, ref2 = 0.0;
+    memset(rep, 0, sizeof *rep);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < cols; j++)
+            compare_one(rep, r * cols + j, chk_load(got, t, r * stride + j), want[r * cols + j],
+                        tol, &err2, &ref2);
+    return finish_compare(rep, err2, ref2, tol);
+}
+
+int chk_compare_values(const double *got, const double *want, size_t n, chk_tolerance tol,
+                       chk_report *rep)
+{
+    double err2 = 0.0, ref2 = 0.0;
+    memset(rep, 0, sizeof *rep);
+    for (size_t i = 0; i < n; i++)
+        compare_one(rep, i, got[i], want[i], tol, &err2, &ref2);
+    return finish_compare(rep, err2, ref2, tol);
 }
 
 int chk_compare_lse(const float *got, const double *want, size_t n, chk_report *rep)

@@ -33,6 +33,22 @@ double chk_normal(chk_rng *r);
 void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
                            double *out, double *lse);
 
+/* Element offset of (b, h, l, 0) in a [batch][heads][len][dim] tensor stored in layout. */
+size_t chk_attention_offset(fcl_layout layout, size_t heads, size_t len, size_t dim, size_t b,
+                            size_t h, size_t l);
+/* Query row (b, h, i) of attention in float64 from the stored inputs: out_row gets head_dim_v
+ * values. d must have heads_kv, head_dim_v and scale filled in (chk_attention_defaults).
+ * Semantics as in flashcl.h: no visible key gives 0 and lse -inf; a NaN or +inf score
+ * among the visible keys makes the row NaN. */
+void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k, const void *v,
+                       const void *mask, size_t b, size_t h, size_t i, double *out_row,
+                       double *lse);
+/* d with its zero defaults replaced by their meaning. */
+fcl_attention_desc chk_attention_defaults(fcl_attention_desc d);
+/* The tolerance the tests hold attention to, by output storage type (unit-variance inputs). */
+typedef struct chk_tolerance chk_tolerance;
+chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d);
+
 /* ---- comparison ---- */
 typedef struct chk_tolerance {
     double atol, rtol, nmse;
@@ -50,6 +66,9 @@ typedef struct chk_report {
  * NaN must meet NaN and infinities must match exactly. Returns 1 when all pass. */
 int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t stride,
                 const double *want, chk_tolerance tol, chk_report *rep);
+/* Compares n plain values with the same rules. */
+int chk_compare_values(const double *got, const double *want, size_t n, chk_tolerance tol,
+                       chk_report *rep);
 /* lse within 1e-5 relative (absolute below magnitude 1), exact for inf/NaN. */
 int chk_compare_lse(const float *got, const double *want, size_t n, chk_report *rep);
 

@@ -1,0 +1,201 @@
+/* Single-pass ("flash") attention for one head-dim bucket (ALGORITHMS.md section 4).
+ *
+ * The host compiles this text once per bucket, each time after defining
+ *   FA_NAME  kernel name suffix (d64, d128, d256)
+ *   FA_D     largest head_dim and head_dim_v of the bucket
+ *   FA_BQ    queries per tile (a multiple of FA_TQ)
+ *   FA_BK    keys per tile (a multiple of FA_TK)
+ * Needs common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows of one
+ * (batch, head): the scaled Q tile stays in local memory, K and V tiles stream through one
+ * local buffer, scores live in registers and one local tile, and each row keeps its running
+ * (m, l) and an output accumulator o in float32. The len_q x len_kv scores never reach
+ * global memory. With several key splits, each work-group writes its unnormalised partial
+ * (m, l, o) and attention_merge combines them.
+ */
+#ifndef FA_NAME
+#define FA_NAME d64
+#define FA_D 64
+#define FA_BQ 32
+#define FA_BK 32
+#endif
+#define FA_TQ 8 /* work-item rows: each owns queries tq, tq + FA_TQ, ... */
+#define FA_TK 8 /* work-item columns: keys (or output columns) tk, tk + FA_TK, ... */
+#define FA_SQ (FA_BQ / FA_TQ)
+#define FA_SK (FA_BK / FA_TK)
+#define FA_SD ((FA_D + FA_TK - 1) / FA_TK)
+#define FA_ROW (FA_D + 1) /* padded local rows: columns of a tile fall in different banks */
+
+#define FA_FLAG_MASK_ADD 1u
+#define FA_FLAG_MASK_BOOL 2u
+#define FA_FLAG_CAUSAL 4u
+#define FA_FLAG_LSE 8u
+#define FA_FLAG_PARTIAL 16u /* write (m, l, o) for attention_merge instead of the output */
+
+__kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT(attention, FA_NAME)(
+    __global const void *q, __global const void *k, __global const void *v,
+    __global const void *mask, __global void *out, __global float *lse,
+    __global float *partial_o, __global float2 *partial_ml, uint dtype_q, uint dtype_kv,
+    uint dtype_o, uint flags, ulong heads_q, ulong group, ulong len_q, ulong len_kv,
+    ulong head_dim, ulong head_dim_v, ulong4 q_strides, ulong4 k_strides, ulong4 v_strides,
+    ulong4 o_strides, ulong4 mask_strides, float scale, long causal_offset, ulong q_tiles,
+    ulong heads_total, ulong splits, ulong split_len)
+{
+    __local float q_tile[FA_BQ][FA_ROW];  /* scale * q */
+    __local float kv_tile[FA_BK][FA_ROW]; /* the K tile, then the V tile */
+    __local float p_tile[FA_BQ][FA_BK + 1];
+    __local float row_m[FA_BQ], row_l[FA_BQ], row_alpha[FA_BQ];
+    const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
+
+    for (ulong g = get_group_id(0); g < q_tiles * heads_total * splits; g += get_num_groups(0)) {
+        const ulong q0 = (g % q_tiles) * FA_BQ, bh = (g / q_tiles) % heads_total;
+        const ulong split = g / (q_tiles * heads_total);
+        const ulong b = bh / heads_q, h = bh % heads_q, hk = h / group;
+        const ulong q_base = b * q_strides.x + h * q_strides.y;
+        const ulong k_base = b * k_strides.x + hk * k_strides.y;
+        const ulong v_base = b * v_strides.x + hk * v_strides.y;
+        const ulong m_base = b * mask_strides.x + h * mask_strides.y;
+
+        /* Keys this group visits: its split, cut short where causality hides the rest. */
+        ulong kv_begin = split * split_len, kv_end = min(len_kv, kv_begin + split_len);
+        if (flags & FA_FLAG_CAUSAL) {
+            long last_visible = (long)min(q0 + FA_BQ, len_q) - 1 + causal_offset;
+            kv_end = last_visible < 0 ? 0 : min(kv_end, (ulong)last_visible + 1);
+        }
+
+        for (uint e = lid; e < FA_BQ * head_dim; e += FA_TQ * FA_TK) {
+            ulong r = e / head_dim, d = e % head_dim;
+            q_tile[r][d] = q0 + r < len_q
+                               ? scale * fcl_load_any(q, dtype_q, q_base + (q0 + r) * q_strides.z + d)
+                               : 0.0f;
+        }
+        if (lid < FA_BQ) {
+            row_m[lid] = -INFINITY;
+            row_l[lid] = 0.0f;
+        }
+        float o[FA_SQ][FA_SD];
+        for (uint i = 0; i < FA_SQ; i++)
+            for (uint j = 0; j < FA_SD; j++)
+                o[i][j] = 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        for (ulong k0 = kv_begin; k0 < kv_end; k0 += FA_BK) {
+            for (uint e = lid; e < FA_BK * head_dim; e += FA_TQ * FA_TK) {
+                ulong c = e / head_dim, d = e % head_dim;
+                kv_tile[c][d] = k0 + c < kv_end
+                                    ? fcl_load_any(k, dtype_kv, k_base + (k0 + c) * k_strides.z + d)
+                                    : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            /* Scores of this work-item's FA_SQ x FA_SK block, then mask and causality. */
+            float s[FA_SQ][FA_SK];
+            for (uint i = 0; i < FA_SQ; i++)
+                for (uint j = 0; j < FA_SK; j++)
+                    s[i][j] = 0.0f;
+            for (uint d = 0; d < head_dim; d++) {
+                float qv[FA_SQ], kv[FA_SK];
+                for (uint i = 0; i < FA_SQ; i++)
+                    qv[i] = q_tile[tq + i * FA_TQ][d];
+                for (uint j = 0; j < FA_SK; j++)
+                    kv[j] = kv_tile[tk + j * FA_TK][d];
+                for (uint i = 0; i < FA_SQ; i++)
+                    for (uint j = 0; j < FA_SK; j++)
+                        s[i][j] = fma(qv[i], kv[j], s[i][j]);
+            }
+            for (uint i = 0; i < FA_SQ; i++) {
+                ulong r = tq + i * FA_TQ, qi = q0 + r;
+                for (uint j = 0; j < FA_SK; j++) {
+                    ulong c = tk + j * FA_TK, kj = k0 + c;
+                    int visible = qi < len_q && kj < kv_end &&
+                                  (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
+                    float score = s[i][j];
+                    if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
+                        ulong at = m_base + qi * mask_strides.z + kj;
+                        if (flags & FA_FLAG_MASK_ADD)
+                            score += ((__global const float *)mask)[at];
+                        else
+                            visible = ((__global const uchar *)mask)[at] != 0;
+                    }
+                    p_tile[r][c] = visible ? score : -INFINITY;
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            /* Online statistics per row; the scores become probabilities in place. */
+            if (lid < FA_BQ) {
+                float m_old = row_m[lid], m_new = m_old, sum = 0.0f;
+                for (uint c = 0; c < FA_BK; c++)
+                    m_new = fmax(m_new, p_tile[lid][c]);
+                for (uint c = 0; c < FA_BK; c++) {
+                    float sc = p_tile[lid][c];
+                    /* -inf (masked) contributes 0, also when the whole row is still -inf;
+                     * a NaN score stays NaN and spreads through l. */
+                    float p = sc == -INFINITY ? 0.0f : exp(sc - m_new);
+                    p_tile[lid][c] = p;
+                    sum += p;
+                }
+                float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
+                row_alpha[lid] = alpha;
+                row_l[lid] = row_l[lid] * alpha + sum;
+                row_m[lid] = m_new;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* also: every read of the K tile is done */
+
+            for (uint e = lid; e < FA_BK * head_dim_v; e += FA_TQ * FA_TK) {
+                ulong c = e / head_dim_v, d = e % head_dim_v;
+                kv_tile[c][d] = k0 + c < kv_end
+                                    ? fcl_load_any(v, dtype_kv, v_base + (k0 + c) * v_strides.z + d)
+                                    : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            for (uint i = 0; i < FA_SQ; i++) {
+                float alpha = row_alpha[tq + i * FA_TQ];
+                for (uint j = 0; j < FA_SD; j++)
+                    o[i][j] *= alpha;
+            }
+            for (uint c = 0; c < FA_BK; c++) {
+                float vv[FA_SD];
+                for (uint j = 0; j < FA_SD; j++)
+                    vv[j] = tk + j * FA_TK < FA_D ? kv_tile[c][tk + j * FA_TK] : 0.0f;
+                for (uint i = 0; i < FA_SQ; i++) {
+                    float p = p_tile[tq + i * FA_TQ][c];
+                    for (uint j = 0; j < FA_SD; j++)
+                        o[i][j] = fma(p, vv[j], o[i][j]);
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kv_tile and p_tile */
+        }
+
+        for (uint i = 0; i < FA_SQ; i++) {
+            ulong r = tq + i * FA_TQ, qi = q0 + r;
+            if (qi >= len_q)
+                continue;
+            float m = row_m[r], l = row_l[r];
+            ulong row = bh * len_q + qi; /* [batch][head][query], as lse */
+            if (flags & FA_FLAG_PARTIAL) {
+                ulong slot = row * splits + split;
+                for (uint j = 0; j < FA_SD; j++)
+                    if (tk + j * FA_TK < head_dim_v)
+                        partial_o[slot * head_dim_v + tk + j * FA_TK] = o[i][j];
+                if (tk == 0)
+                    partial_ml[slot] = (float2)(m, l);
+                continue;
+            }
+            /* No visible key: l = 0, output 0 and lse -inf (never NaN). */
+            float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+            ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
+            for (uint j = 0; j < FA_SD; j++)
+                if (tk + j * FA_TK < head_dim_v)
+                    fcl_store_any(out, dtype_o, o_base + tk + j * FA_TK, o[i][j] * inv_l);
+            if (tk == 0 && (flags & FA_FLAG_LSE))
+                lse[row] = l == 0.0f ? -INFINITY : m + log(l);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the next tile of this group reuses the local tiles */
+    }
+}
+
+#undef FA_SQ
+#undef FA_SK
+#undef FA_SD
+#undef FA_ROW
