@@ -303,6 +303,19 @@ static void test_nan_stays_in_its_row(void **state)
     run(c);
 }
 
+/* Lengths up to 131072 on either side, where the other side is short. */
+static void test_lengths_to_131072(void **state)
+{
+    (void)state;
+    run((attention_case){.d = {.batch = 1, .heads_q = 2, .heads_kv = 1, .len_q = 1,
+                               .len_kv = 131072, .head_dim = 64},
+                         .check_rows = 2});
+    attention_case c = {.d = {.batch = 1, .heads_q = 1, .len_q = 131072, .len_kv = 3,
+                              .head_dim = 32, .causal = FCL_CAUSAL_BOTTOM_RIGHT},
+                        .check_rows = 64};
+    run(c); /* all but the last 3 queries see no key: 0 and lse -inf */
+}
+
 /* The issue's long case: 32768 x 32768 scores (4 GiB in float32) are never stored; the
  * device's largest allocation on POCL is 1 GiB. Rows spread over the output are checked. */
 static void test_long_sequence(void **state)
@@ -381,7 +394,7 @@ int main(void)
         cmocka_unit_test(test_masks),         cmocka_unit_test(test_layouts_and_scale),
         cmocka_unit_test(test_split_kv),      cmocka_unit_test(test_storage_types),
         cmocka_unit_test(test_nan_stays_in_its_row), cmocka_unit_test(test_bad_descriptors),
-        cmocka_unit_test(test_long_sequence),
+        cmocka_unit_test(test_lengths_to_131072), cmocka_unit_test(test_long_sequence),
     };
     return cmocka_run_group_tests(tests, support_setup, support_teardown);
 }

@@ -124,12 +124,82 @@ static void test_forced_choices(void **state)
     assert_true(plan_of(&i, (size_t)1 << 31, 1, 0).groups <= 2 * 32);
 }
 
+/* Attention tiles from local memory: the largest candidate whose tiles fit. */
+static void fill_attention_tiles(fcl_device_info *i)
+{
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        int c = fcl_plan_attention_tile(i, b, 0);
+        i->attention_tiles[b].max_head_dim = fcl_attention_bucket_dim(b);
+        if (c >= 0)
+            fcl_attention_tile_shape(c, &i->attention_tiles[b].block_q,
+                                     &i->attention_tiles[b].block_kv);
+    }
+}
+
+static void test_attention_tiles(void **state)
+{
+    (void)state;
+    fcl_device_info nv = nvidia_like(), amd = amd_like(), cpu = pocl_like();
+    fill_attention_tiles(&nv);
+    fill_attention_tiles(&amd);
+    fill_attention_tiles(&cpu);
+    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 51.6 KB). */
+    assert_int_equal(nv.attention_tiles[1].block_q, 32);
+    assert_int_equal(nv.attention_tiles[1].block_kv, 32);
+    assert_int_equal(nv.attention_tiles[2].block_q, 16);
+    assert_int_equal(nv.attention_tiles[2].block_kv, 16);
+    assert_true(fcl_attention_local_bytes(256, 16, 16) <= 48 * 1024);
+    /* 64 KiB (AMD) and POCL's 2 MiB hold 16 x 32 at head_dim 256. */
+    assert_int_equal(amd.attention_tiles[2].block_kv, 32);
+    assert_int_equal(cpu.attention_tiles[2].block_kv, 32);
+    /* Head dims pick their bucket by the larger of the two. */
+    assert_int_equal(fcl_attention_bucket(64, 64), 0);
+    assert_int_equal(fcl_attention_bucket(40, 72), 1);
+    assert_int_equal(fcl_attention_bucket(256, 1), 2);
+    assert_int_equal(fcl_attention_bucket(257, 1), -1);
+    /* 4 KiB of local memory holds no tile for head_dim 256. */
+    fcl_device_info tiny = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 1,
+                            .max_work_group_size = 256, .local_mem_size = 4096};
+    assert_int_equal(fcl_plan_attention_tile(&tiny, 2, 0), -1);
+    fill_attention_tiles(&tiny);
+    fcl_attention_desc d = {.batch = 1, .heads_q = 1, .heads_kv = 1, .len_q = 8, .len_kv = 8,
+                            .head_dim = 200, .head_dim_v = 200};
+    fcl_attention_launch l;
+    assert_int_equal(fcl_plan_attention(&tiny, &d, &l), FCL_ERROR_UNSUPPORTED);
+}
+
+static void test_attention_splits(void **state)
+{
+    (void)state;
+    fcl_device_info nv = nvidia_like();
+    fill_attention_tiles(&nv);
+    fcl_attention_launch l;
+    /* Decode on the H200: 8 x 32 rows of one query cannot fill 132 units: split the keys. */
+    fcl_attention_desc d = {.batch = 8, .heads_q = 32, .heads_kv = 32, .len_q = 1,
+                            .len_kv = 32768, .head_dim = 128, .head_dim_v = 128};
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 3); /* 528 groups wanted / 256 query tiles, rounded up */
+    assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
+    /* Prefill fills the device with query tiles alone. */
+    d.len_q = d.len_kv = 4096;
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 1);
+    /* Forced splits, capped by the key tiles. */
+    d.kv_splits = 7;
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 7);
+    d.len_kv = 40; /* two key tiles */
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvidia_like),   cmocka_unit_test(test_amd_like),
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
         cmocka_unit_test(test_forced_choices),
+        cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

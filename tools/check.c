@@ -83,6 +83,13 @@ void chk_store(void *buf, fcl_dtype t, size_t i, float v)
         ((uint16_t *)buf)[i] = t == FCL_DTYPE_F16 ? chk_float_to_half(v) : chk_float_to_bf16(v);
 }
 
+double chk_seconds(void)
+{
+    struct timespec t;
+    timespec_get(&t, TIME_UTC);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 chk_rng chk_rng_seeded(uint64_t seed)
 {
     chk_rng r = {seed ? seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull};

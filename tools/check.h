@@ -19,6 +19,9 @@ float chk_load(const void *buf, fcl_dtype t, size_t i);
 /* Stores v rounded to the storage type. */
 void chk_store(void *buf, fcl_dtype t, size_t i, float v);
 
+/* Monotonic wall-clock seconds. */
+double chk_seconds(void);
+
 /* ---- random numbers (xorshift64*, seeded per test so failures reproduce) ---- */
 typedef struct chk_rng {
     uint64_t state;

@@ -8,7 +8,7 @@
 static const char usage[] =
     "usage: flashcl-probe [--json] [-d DEVICE]\n"
     "  Lists every OpenCL platform and device, the capabilities flashcl plans from,\n"
-    "  and the softmax algorithm it would choose for a few shapes.\n"
+    "  the softmax algorithm it would choose for a few shapes, and the attention tiles.\n"
     "  -d DEVICE  only this device: \"P:D\", \"gpu\", \"cpu\" or part of its name\n"
     "  --json     one JSON document on stdout\n";
 
@@ -38,6 +38,30 @@ static const char *type_name(cl_device_type t)
            : (t & CL_DEVICE_TYPE_ACCELERATOR) ? "accelerator" : "other";
 }
 
+static fcl_softmax_algo example_plan(fcl_context *ctx, size_t e)
+{
+    fcl_softmax_desc d = {.rows = examples[e][0], .cols = examples[e][1]};
+    fcl_softmax_algo a = FCL_SOFTMAX_AUTO;
+    fcl_softmax_plan(ctx, &d, &a);
+    return a;
+}
+
+/* Attention examples: prefill and decode, at head_dim 64 and 128. */
+static const size_t attention_examples[][4] = {
+    /* batch x heads, len_q, len_kv, head_dim */
+    {64, 4096, 4096, 64}, {64, 4096, 4096, 128}, {256, 1, 32768, 128}};
+#define N_ATTENTION_EXAMPLES (sizeof attention_examples / sizeof attention_examples[0])
+
+static fcl_attention_plan_info attention_example_plan(fcl_context *ctx, size_t e)
+{
+    const size_t *x = attention_examples[e];
+    fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .len_q = x[1], .len_kv = x[2],
+                            .head_dim = x[3]};
+    fcl_attention_plan_info p = {0};
+    fcl_attention_plan(ctx, &d, &p);
+    return p;
+}
+
 static void print_human(const char *spec, const fcl_device_info *i, fcl_context *ctx)
 {
     printf("device %s: %s\n", spec, i->name);
@@ -59,11 +83,22 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
            (unsigned long long)i->kernel_local_mem_size);
     printf("  softmax plan        %zu work-items per row; rows up to %zu columns are FUSED\n",
            i->softmax_work_group_size, i->softmax_fused_max_cols);
-    for (size_t e = 0; e < N_EXAMPLES; e++) {
-        fcl_softmax_desc d = {.rows = examples[e][0], .cols = examples[e][1]};
-        fcl_softmax_algo a = FCL_SOFTMAX_AUTO;
-        fcl_softmax_plan(ctx, &d, &a);
-        printf("    %7zu x %-8zu -> %s\n", d.rows, d.cols, fcl_softmax_algo_name(a));
+    for (size_t e = 0; e < N_EXAMPLES; e++)
+        printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
+               fcl_softmax_algo_name(example_plan(ctx, e)));
+    printf("  attention tiles     64 work-items per tile\n");
+    for (int b = 0; b < 3; b++)
+        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %llu bytes of local memory\n",
+               i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
+               i->attention_tiles[b].block_kv,
+               (unsigned long long)i->attention_tiles[b].local_mem_size);
+    for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
+        fcl_attention_plan_info p = attention_example_plan(ctx, e);
+        const size_t *x = attention_examples[e];
+        printf("    heads %zu, len_q %zu, len_kv %zu, head_dim %zu -> tile %zu x %zu, %zu key "
+               "split%s\n",
+               x[0], x[1], x[2], x[3], p.block_q, p.block_kv, p.kv_splits,
+               p.kv_splits == 1 ? "" : "s");
     }
 }
 
@@ -94,12 +129,22 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
            i->has_fp64 ? "true" : "false", i->program_from_cache ? "true" : "false");
     printf(", \"softmax\": {\"work_group_size\": %zu, \"fused_max_cols\": %zu, \"plans\": [",
            i->softmax_work_group_size, i->softmax_fused_max_cols);
-    for (size_t e = 0; e < N_EXAMPLES; e++) {
-        fcl_softmax_desc d = {.rows = examples[e][0], .cols = examples[e][1]};
-        fcl_softmax_algo a = FCL_SOFTMAX_AUTO;
-        fcl_softmax_plan(ctx, &d, &a);
-        printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "", d.rows, d.cols,
-               fcl_softmax_algo_name(a));
+    for (size_t e = 0; e < N_EXAMPLES; e++)
+        printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
+               examples[e][0], examples[e][1], fcl_softmax_algo_name(example_plan(ctx, e)));
+    printf("]}, \"attention\": {\"work_group_size\": 64, \"tiles\": [");
+    for (int b = 0; b < 3; b++)
+        printf("%s{\"max_head_dim\": %zu, \"block_q\": %zu, \"block_kv\": %zu, "
+               "\"local_mem_size\": %llu}",
+               b ? ", " : "", i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
+               i->attention_tiles[b].block_kv, (unsigned long long)i->attention_tiles[b].local_mem_size);
+    printf("], \"plans\": [");
+    for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
+        fcl_attention_plan_info p = attention_example_plan(ctx, e);
+        const size_t *x = attention_examples[e];
+        printf("%s{\"heads\": %zu, \"len_q\": %zu, \"len_kv\": %zu, \"head_dim\": %zu, "
+               "\"block_q\": %zu, \"block_kv\": %zu, \"kv_splits\": %zu}",
+               e ? ", " : "", x[0], x[1], x[2], x[3], p.block_q, p.block_kv, p.kv_splits);
     }
     printf("]}}");
 }
