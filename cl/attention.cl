@@ -31,6 +31,19 @@
 #define FA_FLAG_LSE 8u
 #define FA_FLAG_PARTIAL 16u /* write (m, l, o) for attention_merge instead of the output */
 
+/* Loads keys (or values) [k0, k0 + FA_BK) of one head, dim floats each, into tile; rows at
+ * or past kv_end are zero. */
+void FCL_CAT(fa_load_kv, FA_NAME)(__local float (*tile)[FA_ROW], __global const void *src,
+                                  uint dtype, ulong base, ulong row_stride, ulong k0,
+                                  ulong kv_end, ulong dim)
+{
+    for (uint e = get_local_id(0); e < FA_BK * dim; e += FA_TQ * FA_TK) {
+        ulong c = e / dim, d = e % dim;
+        tile[c][d] = k0 + c < kv_end ? fcl_load_any(src, dtype, base + (k0 + c) * row_stride + d)
+                                     : 0.0f;
+    }
+}
+
 __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT(attention, FA_NAME)(
     __global const void *q, __global const void *k, __global const void *v,
     __global const void *mask, __global void *out, __global float *lse,
@@ -79,12 +92,8 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
         barrier(CLK_LOCAL_MEM_FENCE);
 
         for (ulong k0 = kv_begin; k0 < kv_end; k0 += FA_BK) {
-            for (uint e = lid; e < FA_BK * head_dim; e += FA_TQ * FA_TK) {
-                ulong c = e / head_dim, d = e % head_dim;
-                kv_tile[c][d] = k0 + c < kv_end
-                                    ? fcl_load_any(k, dtype_kv, k_base + (k0 + c) * k_strides.z + d)
-                                    : 0.0f;
-            }
+            FCL_CAT(fa_load_kv, FA_NAME)(kv_tile, k, dtype_kv, k_base, k_strides.z, k0, kv_end,
+                                         head_dim);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             /* Scores of this work-item's FA_SQ x FA_SK block, then mask and causality. */
@@ -141,12 +150,8 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* also: every read of the K tile is done */
 
-            for (uint e = lid; e < FA_BK * head_dim_v; e += FA_TQ * FA_TK) {
-                ulong c = e / head_dim_v, d = e % head_dim_v;
-                kv_tile[c][d] = k0 + c < kv_end
-                                    ? fcl_load_any(v, dtype_kv, v_base + (k0 + c) * v_strides.z + d)
-                                    : 0.0f;
-            }
+            FCL_CAT(fa_load_kv, FA_NAME)(kv_tile, v, dtype_kv, v_base, v_strides.z, k0, kv_end,
+                                         head_dim_v);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             for (uint i = 0; i < FA_SQ; i++) {

@@ -16,8 +16,6 @@ typedef struct attention_shape {
     size_t q_bytes, k_bytes, v_bytes, out_bytes, lse_bytes, mask_bytes;
 } attention_shape;
 
-static size_t dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
-
 /* a * b * c * d, or 0 when that overflows size_t. */
 static size_t product(size_t a, size_t b, size_t c, size_t d)
 {
@@ -118,10 +116,10 @@ static fcl_status check_desc(fcl_context *ctx, const fcl_attention_desc *desc, a
     size_t ln = product(d.batch, d.heads_q, d.len_q, 1);
     size_t mn = d.mask_type == FCL_MASK_NONE ? 1 : mask_extent(&d);
     sh->d = d;
-    sh->q_bytes = product(qn, dtype_size(d.dtype_q), 1, 1);
-    sh->k_bytes = product(kn, dtype_size(d.dtype_kv), 1, 1);
-    sh->v_bytes = product(vn, dtype_size(d.dtype_kv), 1, 1);
-    sh->out_bytes = product(on, dtype_size(d.dtype_o), 1, 1);
+    sh->q_bytes = product(qn, fcl_dtype_size(d.dtype_q), 1, 1);
+    sh->k_bytes = product(kn, fcl_dtype_size(d.dtype_kv), 1, 1);
+    sh->v_bytes = product(vn, fcl_dtype_size(d.dtype_kv), 1, 1);
+    sh->out_bytes = product(on, fcl_dtype_size(d.dtype_o), 1, 1);
     sh->lse_bytes = product(ln, sizeof(float), 1, 1);
     sh->mask_bytes = product(mn, d.mask_type == FCL_MASK_BOOL_U8 ? 1 : sizeof(float), 1, 1);
     if (!sh->q_bytes || !sh->k_bytes || !sh->v_bytes || !sh->out_bytes || !sh->lse_bytes ||
@@ -167,24 +165,6 @@ fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
 
 /* ---- device buffers ---- */
 
-static fcl_status check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need)
-{
-    size_t size = 0;
-    cl_context owner = NULL;
-    if (!buf)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
-        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL) != CL_SUCCESS)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_mem", name);
-    if (owner != ctx->cl_ctx)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s belongs to another cl_context than this flashcl context", name);
-    if (size < need)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s holds %zu bytes but the descriptor needs %zu", name, size, need);
-    return FCL_SUCCESS;
-}
-
 static fcl_status check_buffers(fcl_context *ctx, const attention_shape *sh, cl_mem q, cl_mem k,
                                 cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
                                 const cl_event *wait)
@@ -195,19 +175,19 @@ static fcl_status check_buffers(fcl_context *ctx, const attention_shape *sh, cl_
     if (sh->d.mask_type == FCL_MASK_NONE && mask)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "a mask was given but mask_type is FCL_MASK_NONE");
-    fcl_status s = check_buffer(ctx, "q", q, sh->q_bytes);
+    fcl_status s = fcl_check_buffer(ctx, "q", q, sh->q_bytes);
     if (s == FCL_SUCCESS)
-        s = check_buffer(ctx, "k", k, sh->k_bytes);
+        s = fcl_check_buffer(ctx, "k", k, sh->k_bytes);
     if (s == FCL_SUCCESS)
-        s = check_buffer(ctx, "v", v, sh->v_bytes);
+        s = fcl_check_buffer(ctx, "v", v, sh->v_bytes);
     if (s == FCL_SUCCESS)
-        s = check_buffer(ctx, "out", out, sh->out_bytes);
+        s = fcl_check_buffer(ctx, "out", out, sh->out_bytes);
     if (s == FCL_SUCCESS && (out == q || out == k || out == v))
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "out must not be q, k or v");
     if (s == FCL_SUCCESS && sh->d.mask_type != FCL_MASK_NONE)
-        s = check_buffer(ctx, "mask (mask_type is set)", mask, sh->mask_bytes);
+        s = fcl_check_buffer(ctx, "mask (mask_type is set)", mask, sh->mask_bytes);
     if (s == FCL_SUCCESS && lse)
-        s = check_buffer(ctx, "lse", lse, sh->lse_bytes);
+        s = fcl_check_buffer(ctx, "lse", lse, sh->lse_bytes);
     return s;
 }
 

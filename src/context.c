@@ -134,3 +134,23 @@ fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_device_i
         *q = ctx->queue;
     return FCL_SUCCESS;
 }
+
+size_t fcl_dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
+
+fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need)
+{
+    size_t size = 0;
+    cl_context owner = NULL;
+    if (!buf)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
+    if (clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
+        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL) != CL_SUCCESS)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_mem", name);
+    if (owner != ctx->cl_ctx)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s belongs to another cl_context than this flashcl context", name);
+    if (size < need)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s holds %zu bytes but the descriptor needs %zu", name, size, need);
+    return FCL_SUCCESS;
+}

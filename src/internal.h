@@ -48,6 +48,11 @@ const char *fcl_cl_error_name(cl_int err);
 /* Appends text to ctx's (or the thread's) last error, for build logs. */
 void fcl_append_error(fcl_context *ctx, const char *text);
 
+/* ---- context.c ---- */
+size_t fcl_dtype_size(fcl_dtype t);
+/* A caller's cl_mem: not NULL, of ctx's cl_context, at least need bytes (name says which). */
+fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need);
+
 /* ---- device.c ---- */
 /* Picks a device by spec (see fcl_context_options.device); NULL or "" means the default. */
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);

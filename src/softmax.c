@@ -10,8 +10,6 @@ typedef struct softmax_shape {
     size_t in_bytes, out_bytes, mask_bytes, lse_bytes;
 } softmax_shape;
 
-static size_t dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
-
 /* Bytes spanned by rows of cols elements stride apart; 0 when that overflows size_t. */
 static size_t span_bytes(size_t rows, size_t stride, size_t cols, size_t elem)
 {
@@ -61,7 +59,7 @@ static fcl_status check_desc(fcl_context *ctx, const fcl_softmax_desc *desc, sof
         s = check_stride(ctx, "mask_stride", &d.mask_stride, d.cols);
     if (s != FCL_SUCCESS)
         return s;
-    size_t elem = dtype_size(d.dtype);
+    size_t elem = fcl_dtype_size(d.dtype);
     sh->d = d;
     sh->in_bytes = span_bytes(d.rows, d.in_stride, d.cols, elem);
     sh->out_bytes = span_bytes(d.rows, d.out_stride, d.cols, elem);
@@ -110,25 +108,6 @@ const char *fcl_softmax_algo_name(fcl_softmax_algo a)
 
 /* ---- device buffers ---- */
 
-/* A caller's buffer must be NULL-free where required, from ctx's context, and big enough. */
-static fcl_status check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need)
-{
-    size_t size = 0;
-    cl_context owner = NULL;
-    if (!buf)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
-        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL) != CL_SUCCESS)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_mem", name);
-    if (owner != ctx->cl_ctx)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s belongs to another cl_context than this flashcl context", name);
-    if (size < need)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s holds %zu bytes but the descriptor needs %zu", name, size, need);
-    return FCL_SUCCESS;
-}
-
 static fcl_status check_buffers(fcl_context *ctx, const softmax_shape *sh, cl_mem in,
                                 cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
                                 const cl_event *wait)
@@ -140,13 +119,13 @@ static fcl_status check_buffers(fcl_context *ctx, const softmax_shape *sh, cl_me
     if (n_wait && !wait)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
                         (unsigned)n_wait);
-    fcl_status s = check_buffer(ctx, "in", in, sh->in_bytes);
+    fcl_status s = fcl_check_buffer(ctx, "in", in, sh->in_bytes);
     if (s == FCL_SUCCESS)
-        s = check_buffer(ctx, "out", out, sh->out_bytes);
+        s = fcl_check_buffer(ctx, "out", out, sh->out_bytes);
     if (s == FCL_SUCCESS && mask)
-        s = check_buffer(ctx, "mask", mask, sh->mask_bytes);
+        s = fcl_check_buffer(ctx, "mask", mask, sh->mask_bytes);
     if (s == FCL_SUCCESS && lse)
-        s = check_buffer(ctx, "lse", lse, sh->lse_bytes);
+        s = fcl_check_buffer(ctx, "lse", lse, sh->lse_bytes);
     return s;
 }
 
