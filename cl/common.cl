@@ -2,9 +2,13 @@
  *
  * The host prepends a prelude that defines:
  *   FCL_LWS  work-group size of the row kernels (a power of two)
+ *   FCL_VEC  elements per vector in the row kernels: 4, 8 or 16
  */
 #ifndef FCL_LWS
 #define FCL_LWS 64
+#endif
+#ifndef FCL_VEC
+#define FCL_VEC 4
 #endif
 
 #define FCL_FLAG_LOG 1u  /* log-softmax */
@@ -13,6 +17,15 @@
 
 #define FCL_CAT_(a, b) a##_##b
 #define FCL_CAT(a, b) FCL_CAT_(a, b)
+#define FCL_PASTE_(a, b) a##b
+#define FCL_PASTE(a, b) FCL_PASTE_(a, b)
+
+/* Vector types and built-ins of width FCL_VEC: floatv is float4, float8 or float16. */
+#define floatv FCL_PASTE(float, FCL_VEC)
+#define uintv FCL_PASTE(uint, FCL_VEC)
+#define ushortv FCL_PASTE(ushort, FCL_VEC)
+#define FCL_VLOADN FCL_PASTE(vload, FCL_VEC)
+#define FCL_VSTOREN FCL_PASTE(vstore, FCL_VEC)
 
 /* ---- Storage types: every value is converted to float32 on load. ---- */
 #define fcl_storage_f32 float
@@ -31,6 +44,59 @@ void fcl_store_bf16(__global ushort *p, ulong i, float v)
     /* Round to nearest even; a NaN must stay a NaN (rounding could carry it to inf). */
     u = isnan(v) ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u);
     p[i] = (ushort)(u >> 16);
+}
+
+/* The same, FCL_VEC elements at once (unaligned is fine: vloadn needs element alignment). */
+floatv fcl_vload_f32(__global const float *p, ulong i) { return FCL_VLOADN(0, p + i); }
+floatv fcl_vload_f16(__global const half *p, ulong i) { return FCL_PASTE(vload_half, FCL_VEC)(0, p + i); }
+floatv fcl_vload_bf16(__global const ushort *p, ulong i)
+{
+    return FCL_PASTE(as_float, FCL_VEC)(FCL_PASTE(convert_uint, FCL_VEC)(FCL_VLOADN(0, p + i)) << 16);
+}
+
+void fcl_vstore_f32(__global float *p, ulong i, floatv v) { FCL_VSTOREN(v, 0, p + i); }
+void fcl_vstore_f16(__global half *p, ulong i, floatv v)
+{
+    FCL_PASTE(FCL_PASTE(vstore_half, FCL_VEC), _rte)(v, 0, p + i);
+}
+void fcl_vstore_bf16(__global ushort *p, ulong i, floatv v)
+{
+    uintv u = FCL_PASTE(as_uint, FCL_VEC)(v);
+    u = select(u + 0x7fffu + ((u >> 16) & 1u), (uintv)0x7fc00000u, isnan(v));
+    FCL_VSTOREN(FCL_PASTE(convert_ushort, FCL_VEC)(u >> 16), 0, p + i);
+}
+
+/* Horizontal max (ignoring NaN, like fmax) and sum of a vector. */
+float fcl_hmax(floatv v)
+{
+#if FCL_VEC == 16
+    float8 v8 = fmax(v.lo, v.hi);
+#elif FCL_VEC == 8
+    float8 v8 = v;
+#endif
+#if FCL_VEC >= 8
+    float4 v4 = fmax(v8.lo, v8.hi);
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = fmax(v4.lo, v4.hi);
+    return fmax(v2.x, v2.y);
+}
+
+float fcl_hsum(floatv v)
+{
+#if FCL_VEC == 16
+    float8 v8 = v.lo + v.hi;
+#elif FCL_VEC == 8
+    float8 v8 = v;
+#endif
+#if FCL_VEC >= 8
+    float4 v4 = v8.lo + v8.hi;
+#else
+    float4 v4 = v;
+#endif
+    float2 v2 = v4.lo + v4.hi;
+    return v2.x + v2.y;
 }
 
 /* ---- Online softmax statistics (ALGORITHMS.md section 2) ----
@@ -58,6 +124,21 @@ void fcl_stat_add(float *m, float *d, float *comp, float x)
     } else if (x != -INFINITY) { /* exp(-inf - -inf) would be NaN; its share is 0 */
         fcl_kahan_add(d, comp, exp(x - *m));
     }
+}
+
+/* Adds FCL_VEC scores at once: one rescale per vector, exps computed as a vector. */
+void fcl_stat_add_vec(float *m, float *d, float *comp, floatv x)
+{
+    float vmax = fcl_hmax(x);
+    if (vmax > *m) {
+        float r = exp(*m - vmax);
+        *d *= r;
+        *comp *= r;
+        *m = vmax;
+    }
+    /* -inf lanes contribute 0 (exp(-inf - -inf) would be NaN); NaN lanes stay NaN. */
+    floatv e = select(exp(x - *m), (floatv)0.0f, x == (floatv)(-INFINITY));
+    fcl_kahan_add(d, comp, fcl_hsum(e));
 }
 
 /* Merges two states (any split of a row, any order). */
@@ -115,12 +196,25 @@ float fcl_normalize(float s, fcl_row_norm n, uint flags)
     return exp(s - n.shift) * n.inv_d;
 }
 
-/* The score of element j: scale * x + mask. One function so that every pass of every
- * algorithm rounds it identically. */
+floatv fcl_normalize_vec(floatv s, fcl_row_norm n, uint flags)
+{
+    if (flags & FCL_FLAG_LOG)
+        return n.empty ? (floatv)(-INFINITY) : (s - n.shift) - n.log_d;
+    return exp(s - n.shift) * n.inv_d;
+}
+
+/* The score of element j: scale * x + mask. One function (scalar and vector) so that every
+ * pass of every algorithm rounds it identically. */
 float fcl_score(float x, float scale, __global const float *mask_row, ulong j, uint flags)
 {
     float s = scale * x;
     return (flags & FCL_FLAG_MASK) ? s + mask_row[j] : s;
+}
+
+floatv fcl_score_vec(floatv x, float scale, __global const float *mask_row, ulong j, uint flags)
+{
+    floatv s = scale * x;
+    return (flags & FCL_FLAG_MASK) ? s + FCL_VLOADN(0, mask_row + j) : s;
 }
 
 /* ---- Storage type chosen at run time (attention: q, kv and out types are independent;

@@ -12,6 +12,8 @@
 #define FCL_T FCL_CAT(fcl_storage, FCL_DT)
 #define FCL_LOAD FCL_CAT(fcl_load, FCL_DT)
 #define FCL_STORE FCL_CAT(fcl_store, FCL_DT)
+#define FCL_VLOAD FCL_CAT(fcl_vload, FCL_DT)
+#define FCL_VSTORE FCL_CAT(fcl_vstore, FCL_DT)
 #define FCL_KERNEL(name) __kernel __attribute__((reqd_work_group_size(FCL_LWS, 1, 1))) void FCL_CAT(name, FCL_DT)
 
 #define FCL_ROW_ARGS                                                                       \
@@ -19,31 +21,45 @@
         __global const float *mask, ulong mask_stride, __global float *lse, ulong rows,      \
         ulong cols, float scale, uint flags
 
+/* Each work-item takes FCL_VEC consecutive elements at a time, FCL_LWS * FCL_VEC apart; the
+ * one vector that straddles the end of a range is finished element by element. Every
+ * work-item therefore touches the same indices in each pass of a row. */
+#define FCL_FIRST(begin) ((begin) + get_local_id(0) * FCL_VEC)
+#define FCL_STEP (FCL_LWS * FCL_VEC)
+
 /* Statistics of in[row][begin, end) as seen by this work-item, before the group merge. */
 float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
-                                               __global const float *mask_row, ulong begin,
-                                               ulong end, float scale, uint flags)
+                                      __global const float *mask_row, ulong begin, ulong end,
+                                      float scale, uint flags)
 {
     float m = -INFINITY, d = 0.0f, comp = 0.0f;
-    for (ulong j = begin + get_local_id(0); j < end; j += FCL_LWS)
+    ulong j = FCL_FIRST(begin);
+    for (; j + FCL_VEC <= end; j += FCL_STEP)
+        fcl_stat_add_vec(&m, &d, &comp,
+                         fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
+    for (; j < end; j++)
         fcl_stat_add(&m, &d, &comp, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
     return (float2)(m, d - comp);
 }
 
 /* Writes out[row][begin, end) from scores recomputed from the input. */
 void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
-                                           __global const float *mask_row,
-                                           __global FCL_T *out_row, ulong begin, ulong end,
-                                           float scale, uint flags, fcl_row_norm n)
+                                    __global const float *mask_row, __global FCL_T *out_row,
+                                    ulong begin, ulong end, float scale, uint flags,
+                                    fcl_row_norm n)
 {
-    for (ulong j = begin + get_local_id(0); j < end; j += FCL_LWS) {
-        float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
-        FCL_STORE(out_row, j, fcl_normalize(s, n, flags));
+    ulong j = FCL_FIRST(begin);
+    for (; j + FCL_VEC <= end; j += FCL_STEP) {
+        floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
+        FCL_VSTORE(out_row, j, fcl_normalize_vec(s, n, flags));
     }
+    for (; j < end; j++)
+        FCL_STORE(out_row, j, fcl_normalize(fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags),
+                                            n, flags));
 }
 
 /* FUSED: the row's scores are kept in local memory (row_buf, cols floats), so the input
- * is read once. Each work-item reads back only the indices it wrote itself. */
+ * is read once. */
 FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
 {
     __local float2 scratch[FCL_LWS];
@@ -51,7 +67,13 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
         __global const FCL_T *in_row = in + r * in_stride;
         __global const float *mask_row = mask + r * mask_stride;
         float m = -INFINITY, d = 0.0f, comp = 0.0f;
-        for (ulong j = get_local_id(0); j < cols; j += FCL_LWS) {
+        ulong j = FCL_FIRST(0);
+        for (; j + FCL_VEC <= cols; j += FCL_STEP) {
+            floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
+            FCL_VSTOREN(s, 0, row_buf + j);
+            fcl_stat_add_vec(&m, &d, &comp, s);
+        }
+        for (; j < cols; j++) {
             float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
             row_buf[j] = s;
             fcl_stat_add(&m, &d, &comp, s);
@@ -60,7 +82,9 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
         if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
             lse[r] = n.lse;
         __global FCL_T *out_row = out + r * out_stride;
-        for (ulong j = get_local_id(0); j < cols; j += FCL_LWS)
+        for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP)
+            FCL_VSTORE(out_row, j, fcl_normalize_vec(FCL_VLOADN(0, row_buf + j), n, flags));
+        for (; j < cols; j++)
             FCL_STORE(out_row, j, fcl_normalize(row_buf[j], n, flags));
     }
 }
@@ -121,5 +145,9 @@ FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
 #undef FCL_T
 #undef FCL_LOAD
 #undef FCL_STORE
+#undef FCL_VLOAD
+#undef FCL_VSTORE
+#undef FCL_FIRST
+#undef FCL_STEP
 #undef FCL_KERNEL
 #undef FCL_ROW_ARGS

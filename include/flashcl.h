@@ -93,6 +93,7 @@ typedef struct fcl_device_info {
     cl_ulong kernel_local_mem_size; /* static local memory of the fused softmax kernel */
     /* Plan derived from the above. */
     size_t softmax_work_group_size;  /* work-items per row (or row slice) */
+    size_t softmax_vector_width;     /* consecutive elements each work-item takes at once */
     size_t softmax_fused_max_cols;   /* longest row FUSED can hold in local memory */
     /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256);
      * block_q 0 when the device cannot hold even the smallest tile. */
@@ -100,6 +101,8 @@ typedef struct fcl_device_info {
         size_t max_head_dim, block_q, block_kv;
         cl_ulong local_mem_size; /* what the compiled kernel uses */
     } attention_tiles[3];
+    char tuning[96];                 /* where the parameters came from (device table entry,
+                                        FLASHCL_TUNE) */
     int program_from_cache;          /* 1 when the kernels came from the on-disk cache */
 } fcl_device_info;
 

@@ -69,9 +69,23 @@ void fcl_release_kernels(fcl_context *ctx);
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n);
 
 /* ---- plan.c ---- */
-/* Work-group size for the row kernels, before the build (kernel limits not known yet:
- * kernel_work_group_size 0) and after it. */
-size_t fcl_plan_work_group_size(const fcl_device_info *info);
+/* Per-device parameters: defaults from a small device table (by vendor and type), then
+ * the overrides of FLASHCL_TUNE. Kernels never test device names; they get these numbers
+ * through the prelude. */
+typedef struct fcl_tuning {
+    size_t softmax_work_group; /* wanted work-items per row */
+    size_t vector_width;       /* 4, 8 or 16 */
+    int attention_tile;        /* a tile candidate to start from; -1: the largest that fits */
+    char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
+} fcl_tuning;
+/* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
+ * attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
+ * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
+fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
+                          fcl_tuning *t);
+/* Work-group size for the row kernels: the wanted size within the device's and (after the
+ * build, kernel_work_group_size nonzero) every kernel's limit, as a power of two. */
+size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted);
 /* Longest row FUSED can hold, from the local memory left beside the kernel's own use. */
 size_t fcl_plan_fused_max_cols(const fcl_device_info *info);
 

@@ -1,12 +1,11 @@
-/* Planning: work-group size, the fused-row limit and the softmax strategy, all derived
- * from what the device (and the built kernels) report. Pure functions of fcl_device_info,
- * so tests can inject capabilities. */
+/* Planning: per-device parameters, work-group size, the fused-row limit, the softmax
+ * strategy and the attention tiles, all derived from what the device (and the built
+ * kernels) report. Pure functions of fcl_device_info, so tests can inject capabilities. */
 #include "internal.h"
 
-/* Work-items per row: enough to cover memory latency on a GPU; on CPUs (POCL runs a
- * work-group as a loop, vectorised across work-items) a shorter group keeps rows apart. */
-#define FCL_GPU_WORK_GROUP 256
-#define FCL_CPU_WORK_GROUP 64
+#include <stdio.h>
+#include <string.h>
+
 /* Work-groups launched per compute unit at most; they loop over the remaining rows. */
 #define FCL_GROUPS_PER_CU 32
 /* SPLIT: a slice gives each work-item at least this many elements, so the merge and the
@@ -14,6 +13,10 @@
 #define FCL_SPLIT_MIN_ELEMENTS_PER_ITEM 16
 #define FCL_SPLIT_MAX_SLICES 1024
 
+static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256};
+/* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
+static const size_t tile_candidates[][2] = {{32, 32}, {16, 32}, {16, 16}, {8, 16}, {8, 8}};
+#define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 static size_t floor_pow2(size_t x)
 {
     size_t p = 1;
@@ -26,10 +29,99 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 static int is_gpu_like(const fcl_device_info *info) { return !(info->type & CL_DEVICE_TYPE_CPU); }
 
-size_t fcl_plan_work_group_size(const fcl_device_info *info)
+/* ---- per-device parameters ---- */
+
+/* The device table: the first entry matching vendor (0: any) and type wins. */
+static const struct device_entry {
+    cl_uint vendor_id;
+    cl_device_type type;
+    const char *name;
+    size_t softmax_work_group, vector_width; /* vector_width 0: the device's preferred */
+} device_table[] = {
+    /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
+     * into 128-bit transactions. */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4},
+    /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. */
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4},
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4},
+    /* POCL and other CPU drivers run a work-group as a loop over its work-items: a short
+     * group keeps rows apart, and vectors as wide as the SIMD registers do the work. */
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 64, 0},
+};
+
+static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
+
+/* Applies one "key=value" override; returns 0 when the key or value is not understood. */
+static int apply_override(fcl_tuning *t, const char *key, const char *value)
 {
-    size_t want = is_gpu_like(info) ? FCL_GPU_WORK_GROUP : FCL_CPU_WORK_GROUP;
-    size_t limit = min_size(want, info->max_work_group_size);
+    size_t bq, bk, v;
+    char tail;
+    if (strcmp(key, "attention_tile") == 0) {
+        if (sscanf(value, "%zux%zu%c", &bq, &bk, &tail) != 2)
+            return 0;
+        for (int c = 0; c < N_TILE_CANDIDATES; c++)
+            if (tile_candidates[c][0] == bq && tile_candidates[c][1] == bk) {
+                t->attention_tile = c;
+                return 1;
+            }
+        return 0;
+    }
+    if (sscanf(value, "%zu%c", &v, &tail) != 1)
+        return 0;
+    if (strcmp(key, "softmax_wg") == 0 && v >= 1 && v <= 1024 && (v & (v - 1)) == 0) {
+        t->softmax_work_group = v;
+        return 1;
+    }
+    if (strcmp(key, "vector_width") == 0 && (v == 4 || v == 8 || v == 16)) {
+        t->vector_width = v;
+        return 1;
+    }
+    return 0;
+}
+
+fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
+                          fcl_tuning *t)
+{
+    size_t n = sizeof device_table / sizeof device_table[0];
+    const struct device_entry *e = &device_table[n - 1];
+    for (size_t i = 0; i < n; i++)
+        if ((device_table[i].vendor_id == 0 || device_table[i].vendor_id == info->vendor_id) &&
+            (device_table[i].type & info->type)) {
+            e = &device_table[i];
+            break;
+        }
+    t->softmax_work_group = e->softmax_work_group;
+    t->vector_width = width_in_range(e->vector_width ? e->vector_width
+                                                     : info->preferred_vector_width_float);
+    t->attention_tile = -1;
+    snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
+             overrides && *overrides ? " + FLASHCL_TUNE" : "");
+    if (!overrides || !*overrides)
+        return FCL_SUCCESS;
+    char buf[256];
+    if (snprintf(buf, sizeof buf, "%s", overrides) >= (int)sizeof buf)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "FLASHCL_TUNE is longer than %zu characters", sizeof buf - 1);
+    for (char *item = buf, *next; item; item = next) {
+        next = strchr(item, ',');
+        if (next)
+            *next++ = '\0';
+        char *eq = strchr(item, '=');
+        if (eq)
+            *eq = '\0';
+        if (!eq || !apply_override(t, item, eq + 1))
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                            "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
+                            "of two up to 1024>, vector_width=<4, 8 or 16> or attention_tile=<one "
+                            "of 32x32, 16x32, 16x16, 8x16, 8x8>, separated by commas",
+                            item, eq ? "=" : "", eq ? eq + 1 : "");
+    }
+    return FCL_SUCCESS;
+}
+
+size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted)
+{
+    size_t limit = min_size(wanted, info->max_work_group_size);
     if (info->kernel_work_group_size)
         limit = min_size(limit, info->kernel_work_group_size);
     return floor_pow2(limit ? limit : 1);
@@ -66,8 +158,7 @@ static size_t split_slices(const fcl_device_info *info, const fcl_softmax_desc *
 fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc *d,
                             fcl_softmax_launch *launch)
 {
-    size_t lws = info->softmax_work_group_size ? info->softmax_work_group_size
-                                               : fcl_plan_work_group_size(info);
+    size_t lws = info->softmax_work_group_size;
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
     fcl_softmax_algo algo = d->algo;
     int fits = d->cols <= info->softmax_fused_max_cols;
@@ -97,10 +188,6 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
 
 /* ---- attention ---- */
 
-static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256};
-/* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
-static const size_t tile_candidates[][2] = {{32, 32}, {16, 32}, {16, 16}, {8, 16}, {8, 8}};
-#define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 /* Float accumulators per work-item (8 x 8 work-items per group: output and score blocks)
  * beyond which GPUs spill registers. */
 #define FCL_ATTENTION_MAX_ACCUMULATORS 80

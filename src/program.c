@@ -31,7 +31,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
 /* What the prelude and the kernel list depend on: planned from the device, then corrected
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
-    size_t work_group_size;
+    size_t work_group_size, vector_width;
     int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
 } kernel_plan;
 
@@ -81,8 +81,9 @@ static void text_add(text *t, const char *fmt, ...)
 static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
-    text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n",
-             plan->work_group_size);
+    text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
+                 "#define FCL_VEC %zu\n",
+             plan->work_group_size, plan->vector_width);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
@@ -463,9 +464,16 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "FLASHCL_BUILD_OPTIONS is longer than %zu characters",
                         sizeof setup.options - sizeof FCL_BASE_BUILD_OPTIONS - 1);
-    plan.work_group_size = fcl_plan_work_group_size(&ctx->info);
+    fcl_tuning tuning;
+    fcl_status tuned = fcl_tuning_for(ctx, &ctx->info, getenv("FLASHCL_TUNE"), &tuning);
+    if (tuned != FCL_SUCCESS)
+        return tuned;
+    snprintf(ctx->info.tuning, sizeof ctx->info.tuning, "%s", tuning.source);
+    plan.work_group_size = fcl_plan_work_group_size(&ctx->info, tuning.softmax_work_group);
+    plan.vector_width = tuning.vector_width;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        plan.tile[b] = fcl_plan_attention_tile(&ctx->info, b, 0);
+        plan.tile[b] = fcl_plan_attention_tile(&ctx->info, b,
+                                               tuning.attention_tile < 0 ? 0 : tuning.attention_tile);
     /* The plan is checked against what each compiled kernel allows: a kernel that allows a
      * smaller work-group (register pressure) or needs more local memory than the device has
      * makes a rebuild with the largest size that fits. The loop ends: each round shrinks. */
@@ -480,7 +488,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
             fcl_release_kernels(ctx);
             return s;
         }
-        size_t fitting = fcl_plan_work_group_size(&ctx->info);
+        size_t fitting = fcl_plan_work_group_size(&ctx->info, plan.work_group_size);
         if (fitting < plan.work_group_size) {
             plan.work_group_size = fitting;
             rebuild = 1;
@@ -490,6 +498,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
         fcl_release_kernels(ctx);
     }
     ctx->info.softmax_work_group_size = plan.work_group_size;
+    ctx->info.softmax_vector_width = plan.vector_width;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
     return FCL_SUCCESS;
 }

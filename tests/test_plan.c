@@ -4,11 +4,16 @@
 #include "internal.h"
 #include "support.h"
 
+#include <string.h>
+
 /* What program.c fills in after the build: per-kernel limits, then the plan. */
 static fcl_device_info built(fcl_device_info i, size_t kernel_wg)
 {
+    fcl_tuning t;
+    assert_int_equal(fcl_tuning_for(NULL, &i, NULL, &t), FCL_SUCCESS);
     i.kernel_work_group_size = kernel_wg;
-    i.softmax_work_group_size = fcl_plan_work_group_size(&i);
+    i.softmax_work_group_size = fcl_plan_work_group_size(&i, t.softmax_work_group);
+    i.softmax_vector_width = t.vector_width;
     i.kernel_local_mem_size = i.softmax_work_group_size * 8; /* scratch[FCL_LWS] of float2 */
     i.softmax_fused_max_cols = fcl_plan_fused_max_cols(&i);
     return i;
@@ -16,23 +21,23 @@ static fcl_device_info built(fcl_device_info i, size_t kernel_wg)
 
 static fcl_device_info nvidia_like(void)
 {
-    fcl_device_info i = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 132,
+    fcl_device_info i = {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x10de, .compute_units = 132,
                          .max_work_group_size = 1024, .local_mem_size = 48 * 1024};
     return built(i, 1024);
 }
 
 static fcl_device_info amd_like(void)
 {
-    fcl_device_info i = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 104,
+    fcl_device_info i = {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x1002, .compute_units = 104,
                          .max_work_group_size = 256, .local_mem_size = 64 * 1024};
     return built(i, 256);
 }
 
 static fcl_device_info pocl_like(void)
 {
-    fcl_device_info i = {.type = CL_DEVICE_TYPE_CPU, .compute_units = 2,
+    fcl_device_info i = {.type = CL_DEVICE_TYPE_CPU, .vendor_id = 0x8086, .compute_units = 2,
                          .max_work_group_size = 4096, .local_mem_size = 2 * 1024 * 1024,
-                         .local_mem_is_global = 1};
+                         .local_mem_is_global = 1, .preferred_vector_width_float = 16};
     return built(i, 4096);
 }
 
@@ -193,6 +198,43 @@ static void test_attention_splits(void **state)
     assert_int_equal(l.splits, 2);
 }
 
+/* The device table, and FLASHCL_TUNE's overrides on top of it. */
+static void test_tuning(void **state)
+{
+    (void)state;
+    fcl_device_info nv = nvidia_like(), cpu = pocl_like();
+    fcl_tuning t;
+    assert_int_equal(fcl_tuning_for(NULL, &nv, NULL, &t), FCL_SUCCESS);
+    assert_string_equal(t.source, "NVIDIA GPU defaults");
+    assert_int_equal(t.softmax_work_group, 256);
+    assert_int_equal(t.vector_width, 4);
+    assert_int_equal(t.attention_tile, -1);
+    assert_int_equal(fcl_tuning_for(NULL, &cpu, "", &t), FCL_SUCCESS);
+    assert_string_equal(t.source, "CPU defaults");
+    assert_int_equal(t.vector_width, 16); /* the device's preferred width */
+    assert_int_equal(cpu.softmax_vector_width, 16);
+
+    assert_int_equal(fcl_tuning_for(NULL, &cpu, "softmax_wg=256,vector_width=4,attention_tile=8x16", &t),
+                     FCL_SUCCESS);
+    assert_string_equal(t.source, "CPU defaults + FLASHCL_TUNE");
+    assert_int_equal(t.softmax_work_group, 256);
+    assert_int_equal(t.vector_width, 4);
+    size_t bq, bk;
+    fcl_attention_tile_shape(t.attention_tile, &bq, &bk);
+    assert_true(bq == 8 && bk == 16);
+    /* The device still caps the work-group. */
+    fcl_device_info small = cpu;
+    small.max_work_group_size = 100;
+    assert_int_equal(fcl_plan_work_group_size(&small, t.softmax_work_group), 64);
+
+    const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
+                         "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);
+        assert_non_null(strstr(fcl_context_last_error(NULL), "FLASHCL_TUNE"));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +242,7 @@ int main(void)
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
         cmocka_unit_test(test_forced_choices),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
+        cmocka_unit_test(test_tuning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,8 +81,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
            i->program_from_cache ? "loaded from the program cache" : "compiled from source",
            (unsigned long long)i->kernel_local_mem_size);
-    printf("  softmax plan        %zu work-items per row; rows up to %zu columns are FUSED\n",
-           i->softmax_work_group_size, i->softmax_fused_max_cols);
+    printf("  tuning              %s\n", i->tuning);
+    printf("  softmax plan        %zu work-items per row, %zu-wide vectors; rows up to %zu "
+           "columns are FUSED\n",
+           i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols);
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
@@ -125,10 +127,13 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
            i->max_work_group_size, i->kernel_work_group_size);
     printf(", \"kernel_local_mem_size\": %llu, \"preferred_vector_width_float\": %u",
            (unsigned long long)i->kernel_local_mem_size, i->preferred_vector_width_float);
+    printf(", \"tuning\": ");
+    json_string(i->tuning);
     printf(", \"fp16\": %s, \"fp64\": %s, \"program_from_cache\": %s", i->has_fp16 ? "true" : "false",
            i->has_fp64 ? "true" : "false", i->program_from_cache ? "true" : "false");
-    printf(", \"softmax\": {\"work_group_size\": %zu, \"fused_max_cols\": %zu, \"plans\": [",
-           i->softmax_work_group_size, i->softmax_fused_max_cols);
+    printf(", \"softmax\": {\"work_group_size\": %zu, \"vector_width\": %zu, "
+           "\"fused_max_cols\": %zu, \"plans\": [",
+           i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols);
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
                examples[e][0], examples[e][1], fcl_softmax_algo_name(example_plan(ctx, e)));
