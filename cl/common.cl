@@ -126,19 +126,34 @@ void fcl_stat_add(float *m, float *d, float *comp, float x)
     }
 }
 
-/* Adds FCL_VEC scores at once: one rescale per vector, exps computed as a vector. */
-void fcl_stat_add_vec(float *m, float *d, float *comp, floatv x)
+/* The same for FCL_VEC scores at once, with per-lane sums (dv) and compensations (cv)
+ * under one shared max m: the exps are one vector call, and the lanes are only added
+ * up once per row (fcl_stat_lanes). The max is searched only when a lane exceeds it. */
+void fcl_kahan_add_vec(floatv *sum, floatv *comp, floatv term)
 {
-    float vmax = fcl_hmax(x);
-    if (vmax > *m) {
+    floatv y = term - *comp;
+    floatv t = *sum + y;
+    *comp = (t - *sum) - y;
+    *sum = t;
+}
+
+void fcl_stat_add_vec(float *m, floatv *dv, floatv *cv, floatv x)
+{
+    if (any(isgreater(x, (floatv)(*m)))) {
+        float vmax = fcl_hmax(x);
         float r = exp(*m - vmax);
-        *d *= r;
-        *comp *= r;
+        *dv *= r;
+        *cv *= r;
         *m = vmax;
     }
     /* -inf lanes contribute 0 (exp(-inf - -inf) would be NaN); NaN lanes stay NaN. */
-    floatv e = select(exp(x - *m), (floatv)0.0f, x == (floatv)(-INFINITY));
-    fcl_kahan_add(d, comp, fcl_hsum(e));
+    fcl_kahan_add_vec(dv, cv, select(exp(x - *m), (floatv)0.0f, x == (floatv)(-INFINITY)));
+}
+
+/* A work-item's state from its scalar part (m, d, comp) and its lanes (dv, cv). */
+float2 fcl_stat_lanes(float m, float d, float comp, floatv dv, floatv cv)
+{
+    return (float2)(m, (d - comp) + fcl_hsum(dv - cv));
 }
 
 /* Merges two states (any split of a row, any order). */

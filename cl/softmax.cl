@@ -33,13 +33,21 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
                                       float scale, uint flags)
 {
     float m = -INFINITY, d = 0.0f, comp = 0.0f;
+    floatv dv = 0.0f, cv = 0.0f;
     ulong j = FCL_FIRST(begin);
     for (; j + FCL_VEC <= end; j += FCL_STEP)
-        fcl_stat_add_vec(&m, &d, &comp,
+        fcl_stat_add_vec(&m, &dv, &cv,
                          fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
+    /* The tail joins under the same max: rescale the lanes if it raises it. */
+    float m_lanes = m;
     for (; j < end; j++)
         fcl_stat_add(&m, &d, &comp, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
-    return (float2)(m, d - comp);
+    if (m > m_lanes) {
+        float r = exp(m_lanes - m);
+        dv *= r;
+        cv *= r;
+    }
+    return fcl_stat_lanes(m, d, comp, dv, cv);
 }
 
 /* Writes out[row][begin, end) from scores recomputed from the input. */
@@ -59,33 +67,56 @@ void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
 }
 
 /* FUSED: the row's scores are kept in local memory (row_buf, cols floats), so the input
- * is read once. */
+ * is read once, and one exp per element suffices: pass 1 loads the scores and finds the
+ * max, pass 2 turns them into exp(s - m) (kept, unless log) and sums, pass 3 scales. */
 FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
 {
     __local float2 scratch[FCL_LWS];
     for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
         __global const FCL_T *in_row = in + r * in_stride;
         __global const float *mask_row = mask + r * mask_stride;
-        float m = -INFINITY, d = 0.0f, comp = 0.0f;
+        floatv mv = -INFINITY;
         ulong j = FCL_FIRST(0);
         for (; j + FCL_VEC <= cols; j += FCL_STEP) {
             floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
             FCL_VSTOREN(s, 0, row_buf + j);
-            fcl_stat_add_vec(&m, &d, &comp, s);
+            mv = fmax(mv, s);
         }
+        float m = fcl_hmax(mv);
         for (; j < cols; j++) {
             float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
             row_buf[j] = s;
-            fcl_stat_add(&m, &d, &comp, s);
+            m = fmax(m, s);
         }
-        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce((float2)(m, d - comp), scratch));
+        /* A NaN never becomes the max (fmax skips it); it turns d into NaN below. */
+        m = fcl_stat_reduce((float2)(m, 0.0f), scratch).x;
+        const float shift = m == -INFINITY ? 0.0f : m; /* all -inf: every exp is 0 */
+        const int keep_exp = !(flags & FCL_FLAG_LOG);
+        float d = 0.0f, comp = 0.0f;
+        floatv dv = 0.0f, cv = 0.0f;
+        for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP) {
+            floatv e = exp(FCL_VLOADN(0, row_buf + j) - shift);
+            if (keep_exp)
+                FCL_VSTOREN(e, 0, row_buf + j);
+            fcl_kahan_add_vec(&dv, &cv, e);
+        }
+        for (; j < cols; j++) {
+            float e = exp(row_buf[j] - shift);
+            if (keep_exp)
+                row_buf[j] = e;
+            fcl_kahan_add(&d, &comp, e);
+        }
+        fcl_row_norm n =
+            fcl_row_norm_from(fcl_stat_reduce(fcl_stat_lanes(m, d, comp, dv, cv), scratch));
         if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
             lse[r] = n.lse;
         __global FCL_T *out_row = out + r * out_stride;
-        for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP)
-            FCL_VSTORE(out_row, j, fcl_normalize_vec(FCL_VLOADN(0, row_buf + j), n, flags));
+        for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP) {
+            floatv v = FCL_VLOADN(0, row_buf + j);
+            FCL_VSTORE(out_row, j, keep_exp ? v * n.inv_d : fcl_normalize_vec(v, n, flags));
+        }
         for (; j < cols; j++)
-            FCL_STORE(out_row, j, fcl_normalize(row_buf[j], n, flags));
+            FCL_STORE(out_row, j, keep_exp ? row_buf[j] * n.inv_d : fcl_normalize(row_buf[j], n, flags));
     }
 }
 

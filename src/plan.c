@@ -44,9 +44,12 @@ static const struct device_entry {
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. */
     {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4},
     {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4},
-    /* POCL and other CPU drivers run a work-group as a loop over its work-items: a short
-     * group keeps rows apart, and vectors as wide as the SIMD registers do the work. */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 64, 0},
+    /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
+     * what lives across a barrier per work-item: a short group keeps that cheap, and
+     * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
+     * AVX-512): 4 work-items beat 64 by up to 3x on long rows (docs/PERFORMANCE.md);
+     * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels. */
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
