@@ -31,6 +31,9 @@
 #define fcl_storage_f32 float
 #define fcl_storage_f16 half /* a pointer target only: no cl_khr_fp16 needed */
 #define fcl_storage_bf16 ushort
+#define fcl_is_f32_f32 1 /* float32 storage holds intermediate results exactly */
+#define fcl_is_f32_f16 0
+#define fcl_is_f32_bf16 0
 
 float fcl_load_f32(__global const float *p, ulong i) { return p[i]; }
 float fcl_load_f16(__global const half *p, ulong i) { return vload_half(i, p); }

@@ -27,15 +27,16 @@
 #define FCL_FIRST(begin) ((begin) + get_local_id(0) * FCL_VEC)
 #define FCL_STEP (FCL_LWS * FCL_VEC)
 
-/* Statistics of in[row][begin, end) as seen by this work-item, before the group merge. */
+/* Statistics of the vectors of in[row] from `first` on, `step` apart, before `end`: this
+ * work-item's share of a row (FCL_FIRST, FCL_STEP) or a whole row (0, FCL_VEC). */
 float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
-                                      __global const float *mask_row, ulong begin, ulong end,
-                                      float scale, uint flags)
+                                      __global const float *mask_row, ulong first, ulong step,
+                                      ulong end, float scale, uint flags)
 {
     float m = -INFINITY, d = 0.0f, comp = 0.0f;
     floatv dv = 0.0f, cv = 0.0f;
-    ulong j = FCL_FIRST(begin);
-    for (; j + FCL_VEC <= end; j += FCL_STEP)
+    ulong j = first;
+    for (; j + FCL_VEC <= end; j += step)
         fcl_stat_add_vec(&m, &dv, &cv,
                          fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
     /* The tail joins under the same max: rescale the lanes if it raises it. */
@@ -50,14 +51,14 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
     return fcl_stat_lanes(m, d, comp, dv, cv);
 }
 
-/* Writes out[row][begin, end) from scores recomputed from the input. */
+/* Writes the same share of out[row] from scores recomputed from the input. */
 void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
                                     __global const float *mask_row, __global FCL_T *out_row,
-                                    ulong begin, ulong end, float scale, uint flags,
+                                    ulong first, ulong step, ulong end, float scale, uint flags,
                                     fcl_row_norm n)
 {
-    ulong j = FCL_FIRST(begin);
-    for (; j + FCL_VEC <= end; j += FCL_STEP) {
+    ulong j = first;
+    for (; j + FCL_VEC <= end; j += step) {
         floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
         FCL_VSTORE(out_row, j, fcl_normalize_vec(s, n, flags));
     }
@@ -127,12 +128,65 @@ FCL_KERNEL(softmax_online)(FCL_ROW_ARGS)
     for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
         __global const FCL_T *in_row = in + r * in_stride;
         __global const float *mask_row = mask + r * mask_stride;
-        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in_row, mask_row, 0, cols, scale, flags);
+        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in_row, mask_row, FCL_FIRST(0), FCL_STEP, cols,
+                                                   scale, flags);
         fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce(st, scratch));
         if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
             lse[r] = n.lse;
-        FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out + r * out_stride, 0, cols, scale,
-                                       flags, n);
+        FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out + r * out_stride, FCL_FIRST(0),
+                                       FCL_STEP, cols, scale, flags, n);
+    }
+}
+
+/* ONLINE, one work-item per row: for devices whose local memory is ordinary memory (CPU
+ * drivers such as POCL run a work-group as a loop and pay for every barrier per work-item).
+ * No barrier and no local memory; the later passes find the row in the cache when it fits.
+ * One exp per element: pass 1 finds the max, pass 2 sums exp(s - m) (and, for float32
+ * softmax, keeps it in out), pass 3 scales out (or writes s - m - log d, or recomputes the
+ * exp for half outputs, which must not be rounded twice). Any work-group size. */
+__kernel void FCL_CAT(softmax_rows, FCL_DT)(FCL_ROW_ARGS)
+{
+    const int keep_exp = FCL_CAT(fcl_is_f32, FCL_DT) && !(flags & FCL_FLAG_LOG);
+    for (ulong r = get_global_id(0); r < rows; r += get_global_size(0)) {
+        __global const FCL_T *in_row = in + r * in_stride;
+        __global const float *mask_row = mask + r * mask_stride;
+        __global FCL_T *out_row = out + r * out_stride;
+        floatv mv = -INFINITY;
+        float m = -INFINITY;
+        ulong j = 0;
+        for (; j + FCL_VEC <= cols; j += FCL_VEC)
+            mv = fmax(mv, fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
+        for (; j < cols; j++)
+            m = fmax(m, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
+        m = fmax(m, fcl_hmax(mv)); /* NaN never becomes the max; it turns d into NaN */
+        const float shift = m == -INFINITY ? 0.0f : m;
+
+        floatv dv = 0.0f, cv = 0.0f;
+        float d = 0.0f, comp = 0.0f;
+        for (j = 0; j + FCL_VEC <= cols; j += FCL_VEC) {
+            floatv e = exp(fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags) - shift);
+            if (keep_exp)
+                FCL_VSTORE(out_row, j, e);
+            fcl_kahan_add_vec(&dv, &cv, e);
+        }
+        for (; j < cols; j++) {
+            float e = exp(fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags) - shift);
+            if (keep_exp)
+                FCL_STORE(out_row, j, e);
+            fcl_kahan_add(&d, &comp, e);
+        }
+        fcl_row_norm n = fcl_row_norm_from(fcl_stat_lanes(m, d, comp, dv, cv));
+        if (flags & FCL_FLAG_LSE)
+            lse[r] = n.lse;
+        if (!keep_exp) {
+            FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out_row, 0, FCL_VEC, cols, scale,
+                                           flags, n);
+            continue;
+        }
+        for (j = 0; j + FCL_VEC <= cols; j += FCL_VEC)
+            FCL_VSTORE(out_row, j, FCL_VLOAD(out_row, j) * n.inv_d);
+        for (; j < cols; j++)
+            FCL_STORE(out_row, j, FCL_LOAD(out_row, j) * n.inv_d);
     }
 }
 
@@ -146,7 +200,7 @@ FCL_KERNEL(softmax_split_stats)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
         ulong r = g / slices, begin = (g % slices) * slice_cols;
         ulong end = min(cols, begin + slice_cols);
         float2 st = FCL_CAT(softmax_stats, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
-                                                   begin, end, scale, flags);
+                                                   FCL_FIRST(begin), FCL_STEP, end, scale, flags);
         st = fcl_stat_reduce(st, scratch);
         if (get_local_id(0) == 0)
             partial[g] = st;
@@ -168,8 +222,8 @@ FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
         if (slice == 0 && get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
             lse[r] = n.lse;
         FCL_CAT(softmax_write, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
-                                       out + r * out_stride, begin, min(cols, begin + slice_cols),
-                                       scale, flags, n);
+                                       out + r * out_stride, FCL_FIRST(begin), FCL_STEP,
+                                       min(cols, begin + slice_cols), scale, flags, n);
     }
 }
 

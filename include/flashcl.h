@@ -95,6 +95,11 @@ typedef struct fcl_device_info {
     size_t softmax_work_group_size;  /* work-items per row (or row slice) */
     size_t softmax_vector_width;     /* consecutive elements each work-item takes at once */
     size_t softmax_fused_max_cols;   /* longest row FUSED can hold in local memory */
+    /* 1: ONLINE runs one work-item per row, without barriers, and AUTO prefers it to FUSED.
+     * The default where local memory is of type CL_GLOBAL (CPUs): there it is ordinary
+     * memory, so holding a row in it saves nothing over re-reading the row from the cache,
+     * while barriers are costly. */
+    int softmax_rows_per_item;
     /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256);
      * block_q 0 when the device cannot hold even the smallest tile. */
     struct fcl_attention_tile {
@@ -142,7 +147,11 @@ typedef struct fcl_softmax_desc {
     fcl_softmax_algo algo;
 } fcl_softmax_desc;
 
-/* With s = scale*x + mask: out = exp(s - m)/d per row (log: s - m - log d), lse = m + log d.
+/* AUTO: FUSED when the row fits the device's local memory, SPLIT when there are too few rows
+ * to fill the device, else ONLINE. Where the device's local memory is of type CL_GLOBAL
+ * (CPU drivers: it is ordinary memory) FUSED is not chosen by AUTO (see
+ * fcl_device_info.softmax_rows_per_item); forcing it still works.
+ * With s = scale*x + mask: out = exp(s - m)/d per row (log: s - m - log d), lse = m + log d.
  * A row whose s are all -inf gives out = 0 (log: -inf) and lse = -inf. A NaN in a row, or a
  * +inf (whose share is undefined, as in IEEE arithmetic), makes that row NaN, and no other.
  * in == out is allowed when in_stride == out_stride. mask and lse may be NULL. */

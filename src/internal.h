@@ -22,6 +22,7 @@ enum fcl_softmax_kernel {
     FCL_K_SOFTMAX_ONLINE,
     FCL_K_SOFTMAX_SPLIT_STATS,
     FCL_K_SOFTMAX_SPLIT_WRITE,
+    FCL_K_SOFTMAX_ROWS,
     FCL_K_SOFTMAX_COUNT
 };
 
@@ -76,10 +77,11 @@ typedef struct fcl_tuning {
     size_t softmax_work_group; /* wanted work-items per row */
     size_t vector_width;       /* 4, 8 or 16 */
     int attention_tile;        /* a tile candidate to start from; -1: the largest that fits */
+    int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
- * attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
+ * softmax_rows=0|1, attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
                           fcl_tuning *t);
@@ -91,6 +93,7 @@ size_t fcl_plan_fused_max_cols(const fcl_device_info *info);
 
 typedef struct fcl_softmax_launch {
     fcl_softmax_algo algo;
+    int per_item;      /* ONLINE as softmax_rows: one work-item per row */
     size_t work_group_size;
     size_t groups;     /* work-groups launched (each loops over rows or row slices) */
     size_t slices;     /* SPLIT: work-groups per row */

@@ -79,6 +79,10 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->vector_width = v;
         return 1;
     }
+    if (strcmp(key, "softmax_rows") == 0 && v <= 1) {
+        t->softmax_rows = (int)v;
+        return 1;
+    }
     return 0;
 }
 
@@ -97,6 +101,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     t->vector_width = width_in_range(e->vector_width ? e->vector_width
                                                      : info->preferred_vector_width_float);
     t->attention_tile = -1;
+    t->softmax_rows = info->local_mem_is_global;
     snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
              overrides && *overrides ? " + FLASHCL_TUNE" : "");
     if (!overrides || !*overrides)
@@ -115,8 +120,9 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
         if (!eq || !apply_override(t, item, eq + 1))
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
-                            "of two up to 1024>, vector_width=<4, 8 or 16> or attention_tile=<one "
-                            "of 32x32, 16x32, 16x16, 8x16, 8x8>, separated by commas",
+                            "of two up to 1024>, vector_width=<4, 8 or 16>, softmax_rows=<0 or 1> or "
+                            "attention_tile=<one of 32x32, 16x32, 16x16, 8x16, 8x8>, separated "
+                            "by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
     return FCL_SUCCESS;
@@ -169,7 +175,7 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     if (algo == FCL_SOFTMAX_FUSED && !fits)
         return FCL_ERROR_UNSUPPORTED;
     if (algo == FCL_SOFTMAX_AUTO) {
-        if (fits)
+        if (fits && !info->softmax_rows_per_item)
             algo = FCL_SOFTMAX_FUSED;
         else if (d->rows < groups_to_fill(info) && split_slices(info, d, lws, 0) >= 2)
             algo = FCL_SOFTMAX_SPLIT;
@@ -186,6 +192,9 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
         launch->slices = ceil_div(d->cols, launch->slice_cols); /* no empty slice */
     }
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
+    launch->per_item = algo == FCL_SOFTMAX_ONLINE && info->softmax_rows_per_item;
+    if (launch->per_item)
+        launch->work_group_size = 1; /* softmax_rows: groups of one work-item, one row each */
     return FCL_SUCCESS;
 }
 

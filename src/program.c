@@ -26,7 +26,8 @@ extern const char fcl_cl_attention_merge[];
 
 static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
-    "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write"};
+    "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
+    "softmax_rows"};
 
 /* What the prelude and the kernel list depend on: planned from the device, then corrected
  * by what the compiled kernels report. */
@@ -499,6 +500,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     }
     ctx->info.softmax_work_group_size = plan.work_group_size;
     ctx->info.softmax_vector_width = plan.vector_width;
+    ctx->info.softmax_rows_per_item = tuning.softmax_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
     return FCL_SUCCESS;
 }

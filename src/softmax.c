@@ -184,7 +184,7 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);
     } else if (launch->algo == FCL_SOFTMAX_ONLINE) {
-        cl_kernel k = kernels[FCL_K_SOFTMAX_ONLINE];
+        cl_kernel k = kernels[launch->per_item ? FCL_K_SOFTMAX_ROWS : FCL_K_SOFTMAX_ONLINE];
         err = set_row_args(k, &sh->d, in, mask, out, lse);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);

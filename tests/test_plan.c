@@ -14,6 +14,7 @@ static fcl_device_info built(fcl_device_info i, size_t kernel_wg)
     i.kernel_work_group_size = kernel_wg;
     i.softmax_work_group_size = fcl_plan_work_group_size(&i, t.softmax_work_group);
     i.softmax_vector_width = t.vector_width;
+    i.softmax_rows_per_item = t.softmax_rows;
     i.kernel_local_mem_size = i.softmax_work_group_size * 8; /* scratch[FCL_LWS] of float2 */
     i.softmax_fused_max_cols = fcl_plan_fused_max_cols(&i);
     return i;
@@ -109,10 +110,21 @@ static void test_pocl_like(void **state)
     fcl_device_info i = pocl_like();
     assert_int_equal(i.softmax_work_group_size, 4);
     assert_int_equal(i.softmax_fused_max_cols, (2 * 1024 * 1024 - 4 * 8) / 4);
-    assert_int_equal(plan_of(&i, 8, 200001, 0).algo, FCL_SOFTMAX_FUSED);
+    /* Local memory of type CL_GLOBAL is ordinary memory: rows are re-read from the cache by
+     * one work-item each instead of being fused, unless FUSED is forced. */
+    assert_int_equal(i.softmax_rows_per_item, 1);
+    fcl_softmax_launch l = plan_of(&i, 8, 200001, 0);
+    assert_int_equal(l.algo, FCL_SOFTMAX_ONLINE);
+    assert_true(l.per_item && l.work_group_size == 1);
+    l = plan_of(&i, 8, 200001, FCL_SOFTMAX_FUSED);
+    assert_true(l.algo == FCL_SOFTMAX_FUSED && !l.per_item && l.work_group_size == 4);
     assert_int_equal(plan_of(&i, 1, 643251, 0).algo, FCL_SOFTMAX_SPLIT);
     assert_int_equal(plan_of(&i, 2, 643251, 0).algo, FCL_SOFTMAX_ONLINE); /* 2 rows, 2 cores */
     assert_int_equal(plan_of(&i, 1, 643251, 0).slices, 2);
+    /* On a GPU ONLINE stays a work-group per row. */
+    fcl_device_info nv = nvidia_like();
+    assert_int_equal(nv.softmax_rows_per_item, 0);
+    assert_false(plan_of(&nv, 4096, 65536, 0).per_item);
 }
 
 static void test_forced_choices(void **state)
@@ -214,8 +226,11 @@ static void test_tuning(void **state)
     assert_int_equal(t.vector_width, 16); /* the device's preferred width */
     assert_int_equal(cpu.softmax_vector_width, 16);
 
-    assert_int_equal(fcl_tuning_for(NULL, &cpu, "softmax_wg=256,vector_width=4,attention_tile=8x16", &t),
-                     FCL_SUCCESS);
+    assert_int_equal(t.softmax_rows, 1);
+    assert_int_equal(
+        fcl_tuning_for(NULL, &cpu, "softmax_wg=256,vector_width=4,attention_tile=8x16,softmax_rows=0", &t),
+        FCL_SUCCESS);
+    assert_int_equal(t.softmax_rows, 0);
     assert_string_equal(t.source, "CPU defaults + FLASHCL_TUNE");
     assert_int_equal(t.softmax_work_group, 256);
     assert_int_equal(t.vector_width, 4);
@@ -228,6 +243,7 @@ static void test_tuning(void **state)
     assert_int_equal(fcl_plan_work_group_size(&small, t.softmax_work_group), 64);
 
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
+                         "softmax_rows=2",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);

@@ -160,7 +160,10 @@ static void test_plan_matches_rule(void **state)
     fcl_softmax_algo a;
     fcl_softmax_desc d = {.rows = 1000, .cols = 1000};
     assert_int_equal(fcl_softmax_plan(support_ctx, &d, &a), FCL_SUCCESS);
-    assert_int_equal(a, FCL_SOFTMAX_FUSED);
+    /* Rows that fit local memory are FUSED, unless that memory is ordinary memory (CPUs). */
+    assert_int_equal(a, support_info.softmax_rows_per_item ? FCL_SOFTMAX_ONLINE : FCL_SOFTMAX_FUSED);
+    if (!getenv("FLASHCL_TUNE")) /* the default; overrides are tested in test_plan */
+        assert_int_equal(support_info.softmax_rows_per_item, support_info.local_mem_is_global);
     d.cols = support_info.softmax_fused_max_cols + 1;
     assert_int_equal(fcl_softmax_plan(support_ctx, &d, &a), FCL_SUCCESS);
     assert_int_equal(a, FCL_SOFTMAX_ONLINE);

@@ -39,6 +39,7 @@ typedef struct bench_case {
 
 typedef struct bench_result {
     double ms, gbs, copy_pct, tflops;
+    double bytes, flops; /* useful bytes; attention flops (0 for softmax) */
     char plan[96];
 } bench_result;
 
@@ -284,11 +285,13 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     free(sets);
     if (!ok || res->ms <= 0)
         return 0;
+    res->bytes = useful;
     res->gbs = useful / (res->ms * 1e6);
     res->copy_pct = b->copy_gbs > 0 ? 100.0 * res->gbs / b->copy_gbs : 0.0;
-    if (c->kind == KIND_ATTENTION)
-        res->tflops = 4.0 * (double)c->batch * c->heads * visible_pairs(c) * c->head_dim /
-                      (res->ms * 1e9);
+    if (c->kind == KIND_ATTENTION) {
+        res->flops = 4.0 * (double)c->batch * c->heads * visible_pairs(c) * c->head_dim;
+        res->tflops = res->flops / (res->ms * 1e9);
+    }
     return 1;
 }
 
@@ -417,9 +420,9 @@ int main(int argc, char **argv)
         if (json)
             printf("%s  {\"case\": \"%s\", \"plan\": \"%s\", \"ms\": %.4f, \"gbs\": %.2f, "
                    "\"copy_gbs\": %.2f, \"copy_kernel_gbs\": %.2f, \"copy_pct\": %.1f, "
-                   "\"tflops\": %.4f}",
+                   "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f}",
                    i ? ",\n" : "", name, r.plan, r.ms, r.gbs, b.copy_gbs, b.copy_kernel_gbs,
-                   r.copy_pct, r.tflops);
+                   r.copy_pct, r.tflops, r.bytes, r.flops);
         else if (csv)
             printf("%s,%s,%.4f,%.2f,%.2f,%.2f,%.1f,%.4f\n", name, r.plan, r.ms, r.gbs, b.copy_gbs,
                    b.copy_kernel_gbs, r.copy_pct, r.tflops);
