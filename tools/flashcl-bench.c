@@ -384,7 +384,9 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         cases[i].dtype = dtype;
 
+    double t0 = chk_seconds();
     fcl_status s = fcl_context_create(&opts, &b.ctx);
+    double create_ms = (chk_seconds() - t0) * 1e3;
     if (s != FCL_SUCCESS) {
         fprintf(stderr, "flashcl-bench: %s: %s\n", fcl_status_string(s), fcl_context_last_error(NULL));
         return 1;
@@ -395,16 +397,18 @@ int main(int argc, char **argv)
         fcl_context_destroy(b.ctx);
         return 1;
     }
+    const char *origin = b.info.program_from_cache ? "cache" : "compiled";
     if (json)
-        printf("{\"device\": \"%s\", \"platform\": \"%s\", \"reps\": %d, \"cases\": [\n",
-               b.info.name, b.info.platform_name, b.reps);
+        printf("{\"device\": \"%s\", \"platform\": \"%s\", \"reps\": %d, "
+               "\"context_create_ms\": %.1f, \"kernels\": \"%s\", \"cases\": [\n",
+               b.info.name, b.info.platform_name, b.reps, create_ms, origin);
     else if (csv)
         printf("case,plan,ms,gbs,copy_gbs,copy_kernel_gbs,copy_pct,tflops\n");
     else
-        printf("flashcl-bench on %s (%s); median of %d after %d warm-up\n%-44s %-22s %10s %9s "
-               "%9s %7s %8s\n",
-               b.info.name, b.info.platform_name, b.reps, b.warmup, "case", "plan", "ms", "GB/s",
-               "copy", "%copy", "TFLOP/s");
+        printf("flashcl-bench on %s (%s); context created in %.1f ms (kernels %s); median of "
+               "%d after %d warm-up\n%-44s %-22s %10s %9s %9s %7s %8s\n",
+               b.info.name, b.info.platform_name, create_ms, origin, b.reps, b.warmup, "case",
+               "plan", "ms", "GB/s", "copy", "%copy", "TFLOP/s");
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
         char name[96];
