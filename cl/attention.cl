@@ -24,6 +24,9 @@
 #define FA_SK (FA_BK / FA_TK)
 #define FA_SD ((FA_D + FA_TK - 1) / FA_TK)
 #define FA_ROW (FA_D + 1) /* padded local rows: columns of a tile fall in different banks */
+/* Loops over the per-work-item blocks (s, o, qv, kv, vv) carry #pragma unroll: the blocks
+ * must be registers, and an array indexed in a loop the compiler did not unroll goes to
+ * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
 
 #define FA_FLAG_MASK_ADD 1u
 #define FA_FLAG_MASK_BOOL 2u
@@ -86,7 +89,9 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
             row_l[lid] = 0.0f;
         }
         float o[FA_SQ][FA_SD];
+        #pragma unroll
         for (uint i = 0; i < FA_SQ; i++)
+            #pragma unroll
             for (uint j = 0; j < FA_SD; j++)
                 o[i][j] = 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -98,21 +103,29 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
 
             /* Scores of this work-item's FA_SQ x FA_SK block, then mask and causality. */
             float s[FA_SQ][FA_SK];
+            #pragma unroll
             for (uint i = 0; i < FA_SQ; i++)
+                #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
                     s[i][j] = 0.0f;
             for (uint d = 0; d < head_dim; d++) {
                 float qv[FA_SQ], kv[FA_SK];
+                #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
                     qv[i] = q_tile[tq + i * FA_TQ][d];
+                #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
                     kv[j] = kv_tile[tk + j * FA_TK][d];
+                #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
+                    #pragma unroll
                     for (uint j = 0; j < FA_SK; j++)
                         s[i][j] = fma(qv[i], kv[j], s[i][j]);
             }
+            #pragma unroll
             for (uint i = 0; i < FA_SQ; i++) {
                 ulong r = tq + i * FA_TQ, qi = q0 + r;
+                #pragma unroll
                 for (uint j = 0; j < FA_SK; j++) {
                     ulong c = tk + j * FA_TK, kj = k0 + c;
                     int visible = qi < len_q && kj < kv_end &&
@@ -154,17 +167,22 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
                                          head_dim_v);
             barrier(CLK_LOCAL_MEM_FENCE);
 
+            #pragma unroll
             for (uint i = 0; i < FA_SQ; i++) {
                 float alpha = row_alpha[tq + i * FA_TQ];
+                #pragma unroll
                 for (uint j = 0; j < FA_SD; j++)
                     o[i][j] *= alpha;
             }
             for (uint c = 0; c < FA_BK; c++) {
                 float vv[FA_SD];
+                #pragma unroll
                 for (uint j = 0; j < FA_SD; j++)
                     vv[j] = tk + j * FA_TK < FA_D ? kv_tile[c][tk + j * FA_TK] : 0.0f;
+                #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++) {
                     float p = p_tile[tq + i * FA_TQ][c];
+                    #pragma unroll
                     for (uint j = 0; j < FA_SD; j++)
                         o[i][j] = fma(p, vv[j], o[i][j]);
                 }
@@ -172,6 +190,7 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
             barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kv_tile and p_tile */
         }
 
+        #pragma unroll
         for (uint i = 0; i < FA_SQ; i++) {
             ulong r = tq + i * FA_TQ, qi = q0 + r;
             if (qi >= len_q)
@@ -180,6 +199,7 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
             ulong row = bh * len_q + qi; /* [batch][head][query], as lse */
             if (flags & FA_FLAG_PARTIAL) {
                 ulong slot = row * splits + split;
+                #pragma unroll
                 for (uint j = 0; j < FA_SD; j++)
                     if (tk + j * FA_TK < head_dim_v)
                         partial_o[slot * head_dim_v + tk + j * FA_TK] = o[i][j];
@@ -190,6 +210,7 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
             /* No visible key: l = 0, output 0 and lse -inf (never NaN). */
             float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
             ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
+            #pragma unroll
             for (uint j = 0; j < FA_SD; j++)
                 if (tk + j * FA_TK < head_dim_v)
                     fcl_store_any(out, dtype_o, o_base + tk + j * FA_TK, o[i][j] * inv_l);

@@ -65,6 +65,9 @@ fcl_status fcl_probe_device(cl_device_id device, fcl_device_info *info);
  * ctx->softmax and the per-kernel and plan fields of ctx->info. */
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *cache_dir);
 void fcl_release_kernels(fcl_context *ctx);
+/* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
+ * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
+char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
 /* FNV-1a 64-bit hash, chained through h (start with FCL_HASH_INIT). */
 #define FCL_HASH_INIT 0xcbf29ce484222325ull
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n);

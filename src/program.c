@@ -453,11 +453,31 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
     return create_kernel(ctx, "attention_merge", &ctx->attention_merge, &wg, &local);
 }
 
+/* The plan before the build: the tuning for the device, within what it reports. */
+static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *tuning)
+{
+    kernel_plan plan;
+    plan.work_group_size = fcl_plan_work_group_size(info, tuning->softmax_work_group);
+    plan.vector_width = tuning->vector_width;
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        plan.tile[b] = fcl_plan_attention_tile(info, b,
+                                               tuning->attention_tile < 0 ? 0 : tuning->attention_tile);
+    return plan;
+}
+
+char *fcl_kernel_source(const fcl_device_info *info, const char *tune)
+{
+    fcl_tuning tuning;
+    if (fcl_tuning_for(NULL, info, tune, &tuning) != FCL_SUCCESS)
+        return NULL;
+    kernel_plan plan = initial_plan(info, &tuning);
+    return program_source(&plan);
+}
+
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
 {
     char dir_buf[4096];
     build_setup setup;
-    kernel_plan plan;
     const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
     setup.cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
     if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
@@ -470,11 +490,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     if (tuned != FCL_SUCCESS)
         return tuned;
     snprintf(ctx->info.tuning, sizeof ctx->info.tuning, "%s", tuning.source);
-    plan.work_group_size = fcl_plan_work_group_size(&ctx->info, tuning.softmax_work_group);
-    plan.vector_width = tuning.vector_width;
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        plan.tile[b] = fcl_plan_attention_tile(&ctx->info, b,
-                                               tuning.attention_tile < 0 ? 0 : tuning.attention_tile);
+    kernel_plan plan = initial_plan(&ctx->info, &tuning);
     /* The plan is checked against what each compiled kernel allows: a kernel that allows a
      * smaller work-group (register pressure) or needs more local memory than the device has
      * makes a rebuild with the largest size that fits. The loop ends: each round shrinks. */

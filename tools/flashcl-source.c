@@ -1,0 +1,41 @@
+/* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
+ * see, described by a built-in capability preset, so offline compilers can check it
+ * (.ci/amd-offline-check.sh). Internal: built from the static library, not installed. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What AMD's OpenCL reports for these chips (64 KiB of LDS, work-groups of up to 256). */
+static const struct preset {
+    const char *name, *what;
+    fcl_device_info info;
+} presets[] = {
+    {"gfx90a", "AMD Instinct MI200 (CDNA2, wave64)",
+     {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x1002, .compute_units = 110,
+      .max_work_group_size = 256, .local_mem_size = 65536, .preferred_vector_width_float = 1}},
+    {"gfx1030", "AMD Radeon RX 6800 XT (RDNA2, wave32)",
+     {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x1002, .compute_units = 36,
+      .max_work_group_size = 256, .local_mem_size = 65536, .preferred_vector_width_float = 1}},
+};
+
+int main(int argc, char **argv)
+{
+    const char *target = argc > 1 ? argv[1] : "";
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(target, presets[i].name) != 0)
+            continue;
+        char *src = fcl_kernel_source(&presets[i].info, getenv("FLASHCL_TUNE"));
+        if (!src) {
+            fprintf(stderr, "flashcl-source: %s\n", fcl_context_last_error(NULL));
+            return 1;
+        }
+        printf("/* flashcl %s kernels as planned for %s: %s */\n%s", fcl_version_string(),
+               presets[i].name, presets[i].what, src);
+        free(src);
+        return 0;
+    }
+    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030\n");
+    return 2;
+}
