@@ -68,7 +68,8 @@ void fcl_release_kernels(fcl_context *ctx);
 /* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
  * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
-/* FNV-1a 64-bit hash, chained through h (start with FCL_HASH_INIT). */
+/* A 64-bit FNV-1a-style hash over words, chained through h (start with FCL_HASH_INIT):
+ * cache keys and the cached binary's checksum. */
 #define FCL_HASH_INIT 0xcbf29ce484222325ull
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n);
 

@@ -38,10 +38,19 @@ typedef struct kernel_plan {
 
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n)
 {
+    /* FNV-1a over 8-byte words (bytes for the tail), then a final mix: context creation
+     * hashes the whole source and the cached binary, megabytes, on every start. */
     const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
         h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+    return h ^ (h >> 32);
 }
 
 /* ---- growing string ---- */

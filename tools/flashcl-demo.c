@@ -218,8 +218,7 @@ int main(int argc, char **argv)
     cl_command_queue queue;
     fcl_context_get_cl(ctx, &cl_ctx, NULL, &queue);
     chk_rng rng = chk_rng_seeded(seed);
-    printf("seed %llu; fused rows up to %zu columns\n", (unsigned long long)rng.state,
-           info.softmax_fused_max_cols);
+    printf("seed %llu (--seed reproduces); %s\n", (unsigned long long)rng.state, info.tuning);
     int failures = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         failures += !run_case(ctx, cl_ctx, queue, &cases[i], &rng);

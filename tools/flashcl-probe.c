@@ -82,9 +82,12 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
            i->program_from_cache ? "loaded from the program cache" : "compiled from source",
            (unsigned long long)i->kernel_local_mem_size);
     printf("  tuning              %s\n", i->tuning);
-    printf("  softmax plan        %zu work-items per row, %zu-wide vectors; rows up to %zu "
-           "columns are FUSED\n",
+    printf("  softmax plan        %zu work-items per row, %zu-wide vectors; FUSED holds rows of up "
+           "to %zu columns\n",
            i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols);
+    if (i->softmax_rows_per_item)
+        printf("                      local memory is ordinary memory here: ONLINE runs one "
+               "work-item per row, and AUTO prefers it to FUSED\n");
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
@@ -132,8 +135,9 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf(", \"fp16\": %s, \"fp64\": %s, \"program_from_cache\": %s", i->has_fp16 ? "true" : "false",
            i->has_fp64 ? "true" : "false", i->program_from_cache ? "true" : "false");
     printf(", \"softmax\": {\"work_group_size\": %zu, \"vector_width\": %zu, "
-           "\"fused_max_cols\": %zu, \"plans\": [",
-           i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols);
+           "\"fused_max_cols\": %zu, \"rows_per_item\": %s, \"plans\": [",
+           i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols,
+           i->softmax_rows_per_item ? "true" : "false");
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
                examples[e][0], examples[e][1], fcl_softmax_algo_name(example_plan(ctx, e)));
