@@ -221,6 +221,136 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
     }
 }
 
+/* ---- One block of queries per work-item, for devices whose local memory is ordinary
+ * memory (CPU drivers such as POCL run a work-group as a loop and pay for every barrier per
+ * work-item). No barrier and no local memory: a work-item takes FA_RQ queries of one
+ * (batch, head, split) and walks the keys FCL_VEC at a time, with the K block transposed in
+ * private memory so that the scores of FCL_VEC keys are one vector, and the V block
+ * accumulated into each query's output row with vector FMAs. Same arguments and results as
+ * the tile kernel above (q_tiles counts blocks of FA_RQ queries). ---- */
+#if FCL_ATTENTION_ROWS /* prelude: only where the plan uses it (its private blocks would
+                          * spill to scratch on a GPU) */
+#define FA_RQ 16
+#define FA_RV ((FA_D + FCL_VEC - 1) / FCL_VEC) /* vectors per output row */
+
+__kernel void FCL_CAT(attention_rows, FA_NAME)(
+    __global const void *q, __global const void *k, __global const void *v,
+    __global const void *mask, __global void *out, __global float *lse,
+    __global float *partial_o, __global float2 *partial_ml, uint dtype_q, uint dtype_kv,
+    uint dtype_o, uint flags, ulong heads_q, ulong group, ulong len_q, ulong len_kv,
+    ulong head_dim, ulong head_dim_v, ulong4 q_strides, ulong4 k_strides, ulong4 v_strides,
+    ulong4 o_strides, ulong4 mask_strides, float scale, long causal_offset, ulong q_tiles,
+    ulong heads_total, ulong splits, ulong split_len)
+{
+    float qs[FA_RQ][FA_D];                /* scale * q */
+    floatv o[FA_RQ][FA_RV];
+    float row_m[FA_RQ], row_l[FA_RQ];
+    float k_t[FA_D][FCL_VEC];             /* the K block, transposed */
+    floatv v_blk[FCL_VEC][FA_RV];         /* the V block */
+
+    for (ulong g = get_global_id(0); g < q_tiles * heads_total * splits; g += get_global_size(0)) {
+        const ulong q0 = (g % q_tiles) * FA_RQ, bh = (g / q_tiles) % heads_total;
+        const ulong split = g / (q_tiles * heads_total);
+        const ulong b = bh / heads_q, h = bh % heads_q, hk = h / group;
+        const ulong q_base = b * q_strides.x + h * q_strides.y;
+        const ulong k_base = b * k_strides.x + hk * k_strides.y;
+        const ulong v_base = b * v_strides.x + hk * v_strides.y;
+        const ulong m_base = b * mask_strides.x + h * mask_strides.y;
+        ulong kv_begin = split * split_len, kv_end = min(len_kv, kv_begin + split_len);
+        if (flags & FA_FLAG_CAUSAL) {
+            long last_visible = (long)min(q0 + FA_RQ, len_q) - 1 + causal_offset;
+            kv_end = last_visible < 0 ? 0 : min(kv_end, (ulong)last_visible + 1);
+        }
+        for (uint i = 0; i < FA_RQ; i++) {
+            for (uint d = 0; d < FA_D; d++)
+                qs[i][d] = q0 + i < len_q && d < head_dim
+                               ? scale * fcl_load_any(q, dtype_q, q_base + (q0 + i) * q_strides.z + d)
+                               : 0.0f;
+            for (uint c = 0; c < FA_RV; c++)
+                o[i][c] = 0.0f;
+            row_m[i] = -INFINITY;
+            row_l[i] = 0.0f;
+        }
+
+        for (ulong k0 = kv_begin; k0 < kv_end; k0 += FCL_VEC) {
+            for (uint j = 0; j < FCL_VEC; j++) {
+                int in_range = k0 + j < kv_end;
+                for (uint d = 0; d < FA_D; d++)
+                    k_t[d][j] = in_range && d < head_dim
+                                    ? fcl_load_any(k, dtype_kv, k_base + (k0 + j) * k_strides.z + d)
+                                    : 0.0f;
+                float vrow[FA_RV * FCL_VEC];
+                for (uint d = 0; d < FA_RV * FCL_VEC; d++)
+                    vrow[d] = in_range && d < head_dim_v
+                                  ? fcl_load_any(v, dtype_kv, v_base + (k0 + j) * v_strides.z + d)
+                                  : 0.0f;
+                for (uint c = 0; c < FA_RV; c++)
+                    v_blk[j][c] = FCL_VLOADN(c, vrow);
+            }
+            for (uint i = 0; i < FA_RQ && q0 + i < len_q; i++) {
+                const ulong qi = q0 + i;
+                floatv s = 0.0f;
+                for (uint d = 0; d < head_dim; d++)
+                    s = fma((floatv)qs[i][d], FCL_VLOADN(0, k_t[d]), s);
+                float sc[FCL_VEC];
+                FCL_VSTOREN(s, 0, sc);
+                for (uint j = 0; j < FCL_VEC; j++) {
+                    ulong kj = k0 + j;
+                    int visible = kj < kv_end &&
+                                  (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
+                    if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
+                        ulong at = m_base + qi * mask_strides.z + kj;
+                        if (flags & FA_FLAG_MASK_ADD)
+                            sc[j] += ((__global const float *)mask)[at];
+                        else
+                            visible = ((__global const uchar *)mask)[at] != 0;
+                    }
+                    if (!visible)
+                        sc[j] = -INFINITY;
+                }
+                s = FCL_VLOADN(0, sc);
+                /* Online statistics as in the tile kernel: -inf contributes 0, NaN spreads. */
+                float m_new = fmax(row_m[i], fcl_hmax(s));
+                floatv p = select(exp(s - m_new), (floatv)0.0f, s == (floatv)(-INFINITY));
+                float alpha = m_new == -INFINITY ? 1.0f : exp(row_m[i] - m_new);
+                row_l[i] = row_l[i] * alpha + fcl_hsum(p);
+                row_m[i] = m_new;
+                float pj[FCL_VEC];
+                FCL_VSTOREN(p, 0, pj);
+                for (uint c = 0; c < FA_RV; c++) {
+                    floatv acc = o[i][c] * alpha;
+                    for (uint j = 0; j < FCL_VEC; j++)
+                        acc = fma((floatv)pj[j], v_blk[j][c], acc);
+                    o[i][c] = acc;
+                }
+            }
+        }
+
+        for (uint i = 0; i < FA_RQ && q0 + i < len_q; i++) {
+            const ulong qi = q0 + i, row = bh * len_q + qi;
+            float out_row[FA_RV * FCL_VEC];
+            for (uint c = 0; c < FA_RV; c++)
+                FCL_VSTOREN(o[i][c], c, out_row);
+            if (flags & FA_FLAG_PARTIAL) {
+                ulong slot = row * splits + split;
+                for (uint d = 0; d < head_dim_v; d++)
+                    partial_o[slot * head_dim_v + d] = out_row[d];
+                partial_ml[slot] = (float2)(row_m[i], row_l[i]);
+                continue;
+            }
+            float l = row_l[i], inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+            ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
+            for (uint d = 0; d < head_dim_v; d++)
+                fcl_store_any(out, dtype_o, o_base + d, out_row[d] * inv_l);
+            if (flags & FA_FLAG_LSE)
+                lse[row] = l == 0.0f ? -INFINITY : row_m[i] + log(l);
+        }
+    }
+}
+
+#undef FA_RQ
+#undef FA_RV
+#endif /* FCL_ATTENTION_ROWS */
 #undef FA_SQ
 #undef FA_SK
 #undef FA_SD

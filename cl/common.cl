@@ -3,6 +3,7 @@
  * The host prepends a prelude that defines:
  *   FCL_LWS  work-group size of the row kernels (a power of two)
  *   FCL_VEC  elements per vector in the row kernels: 4, 8 or 16
+ *   FCL_ATTENTION_ROWS  1: also build attention_rows (a query block per work-item)
  */
 #ifndef FCL_LWS
 #define FCL_LWS 64

@@ -100,6 +100,9 @@ typedef struct fcl_device_info {
      * memory, so holding a row in it saves nothing over re-reading the row from the cache,
      * while barriers are costly. */
     int softmax_rows_per_item;
+    /* 1: attention runs a block of 16 queries per work-item, without barriers (the same
+     * devices), instead of the tiles below. */
+    int attention_rows_per_item;
     /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256);
      * block_q 0 when the device cannot hold even the smallest tile. */
     struct fcl_attention_tile {

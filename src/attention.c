@@ -158,7 +158,7 @@ fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
         info->block_q = launch.block_q;
         info->block_kv = launch.block_kv;
         info->kv_splits = launch.splits;
-        info->work_group_size = FCL_ATTENTION_WORK_GROUP;
+        info->work_group_size = launch.work_group_size;
     }
     return s;
 }
@@ -264,10 +264,10 @@ static cl_int set_merge_args(cl_kernel kern, const fcl_attention_desc *d,
     return err;
 }
 
-static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, cl_uint n_wait,
+static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local, cl_uint n_wait,
                      const cl_event *wait, cl_event *done)
 {
-    size_t local = FCL_ATTENTION_WORK_GROUP, global = groups * local;
+    size_t global = groups * local;
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
@@ -277,7 +277,7 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
                           const cl_event *wait, cl_event *done)
 {
     const fcl_attention_desc *d = &sh->d;
-    cl_kernel kern = ctx->attention[l->bucket];
+    cl_kernel kern = (l->per_item ? ctx->attention_rows : ctx->attention)[l->bucket];
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
     size_t rows = d->batch * d->heads_q * d->len_q;
@@ -297,16 +297,16 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
     }
     err = set_attention_args(kern, d, l, b);
     if (err == CL_SUCCESS && l->splits == 1)
-        err = launch(ctx, kern, l->groups, n_wait, wait, done);
+        err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait, done);
     if (err == CL_SUCCESS && l->splits > 1) {
         err = set_merge_args(ctx->attention_merge, d, l, b);
         if (err == CL_SUCCESS)
-            err = launch(ctx, kern, l->groups, n_wait, wait, &first);
+            err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait, &first);
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
             err = launch(ctx, ctx->attention_merge,
                          rows < ctx->info.compute_units * 32u ? rows : ctx->info.compute_units * 32u,
-                         1, &first, done);
+                         FCL_ATTENTION_WORK_GROUP, 1, &first, done);
     }
     if (first)
         clReleaseEvent(first);

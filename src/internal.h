@@ -15,6 +15,7 @@
 #define FCL_ATTENTION_BUCKETS 3       /* head_dim (and head_dim_v) up to 64, 128, 256 */
 #define FCL_ATTENTION_WORK_GROUP 64   /* FA_TQ x FA_TK in attention.cl */
 #define FCL_ATTENTION_MAX_SPLITS 256  /* FA_MAX_SPLITS in attention_merge.cl */
+#define FCL_ATTENTION_ROWS_BLOCK_Q 16 /* FA_RQ in attention.cl */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -32,7 +33,8 @@ struct fcl_context {
     cl_command_queue queue;
     cl_program program;
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
-    cl_kernel attention[FCL_ATTENTION_BUCKETS]; /* NULL where no tile fits the device */
+    cl_kernel attention[FCL_ATTENTION_BUCKETS];      /* NULL where no tile fits the device */
+    cl_kernel attention_rows[FCL_ATTENTION_BUCKETS]; /* a block of queries per work-item */
     cl_kernel attention_merge;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
@@ -82,10 +84,11 @@ typedef struct fcl_tuning {
     size_t vector_width;       /* 4, 8 or 16 */
     int attention_tile;        /* a tile candidate to start from; -1: the largest that fits */
     int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
+    int attention_rows;        /* attention as a block of queries per work-item */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
- * softmax_rows=0|1, attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
+ * softmax_rows=0|1, attention_rows=0|1, attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
                           fcl_tuning *t);
@@ -127,6 +130,8 @@ typedef struct fcl_attention_launch {
     size_t splits;    /* key splits; 1: the kernel writes the output itself */
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
+    int per_item;     /* attention_rows: one work-item per group, a query block each */
+    size_t work_group_size;
 } fcl_attention_launch;
 
 /* Tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled in).

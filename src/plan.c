@@ -83,6 +83,10 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->softmax_rows = (int)v;
         return 1;
     }
+    if (strcmp(key, "attention_rows") == 0 && v <= 1) {
+        t->attention_rows = (int)v;
+        return 1;
+    }
     return 0;
 }
 
@@ -102,6 +106,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                                                      : info->preferred_vector_width_float);
     t->attention_tile = -1;
     t->softmax_rows = info->local_mem_is_global;
+    t->attention_rows = info->local_mem_is_global;
     snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
              overrides && *overrides ? " + FLASHCL_TUNE" : "");
     if (!overrides || !*overrides)
@@ -120,9 +125,9 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
         if (!eq || !apply_override(t, item, eq + 1))
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
-                            "of two up to 1024>, vector_width=<4, 8 or 16>, softmax_rows=<0 or 1> or "
-                            "attention_tile=<one of 32x32, 16x32, 16x16, 8x16, 8x8>, separated "
-                            "by commas",
+                            "of two up to 1024>, vector_width=<4, 8 or 16>, softmax_rows=<0 or 1>, "
+                            "attention_rows=<0 or 1> or attention_tile=<one of 32x32, 16x32, "
+                            "16x16, 8x16, 8x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
     return FCL_SUCCESS;
@@ -266,7 +271,9 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     if (bucket < 0 || info->attention_tiles[bucket].block_q == 0)
         return FCL_ERROR_UNSUPPORTED;
-    size_t bq = info->attention_tiles[bucket].block_q, bk = info->attention_tiles[bucket].block_kv;
+    int per_item = info->attention_rows_per_item;
+    size_t bq = per_item ? FCL_ATTENTION_ROWS_BLOCK_Q : info->attention_tiles[bucket].block_q;
+    size_t bk = per_item ? info->softmax_vector_width : info->attention_tiles[bucket].block_kv;
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * d->heads_q;
     size_t splits = attention_splits(info, d, work, kv_tiles);
@@ -279,5 +286,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->split_len = ceil_div(kv_tiles, splits) * bk;
     launch->splits = ceil_div(d->len_kv, launch->split_len); /* no empty split */
     launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
+    launch->per_item = per_item;
+    launch->work_group_size = per_item ? 1 : FCL_ATTENTION_WORK_GROUP;
     return FCL_SUCCESS;
 }

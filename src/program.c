@@ -33,6 +33,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
     size_t work_group_size, vector_width;
+    int attention_rows;
     int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
 } kernel_plan;
 
@@ -92,8 +93,8 @@ static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
     text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                 "#define FCL_VEC %zu\n",
-             plan->work_group_size, plan->vector_width);
+                 "#define FCL_VEC %zu\n#define FCL_ATTENTION_ROWS %d\n",
+             plan->work_group_size, plan->vector_width, plan->attention_rows);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
@@ -384,8 +385,10 @@ void fcl_release_kernels(fcl_context *ctx)
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
             release_kernel(&ctx->softmax[dt][k]);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         release_kernel(&ctx->attention[b]);
+        release_kernel(&ctx->attention_rows[b]);
+    }
     release_kernel(&ctx->attention_merge);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
@@ -458,6 +461,12 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         }
         fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
         tile->local_mem_size = local;
+        if (!plan->attention_rows)
+            continue;
+        snprintf(name, sizeof name, "attention_rows_d%zu", tile->max_head_dim);
+        s = create_kernel(ctx, name, &ctx->attention_rows[b], &wg, &local);
+        if (s != FCL_SUCCESS)
+            return s;
     }
     return create_kernel(ctx, "attention_merge", &ctx->attention_merge, &wg, &local);
 }
@@ -468,6 +477,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     kernel_plan plan;
     plan.work_group_size = fcl_plan_work_group_size(info, tuning->softmax_work_group);
     plan.vector_width = tuning->vector_width;
+    plan.attention_rows = tuning->attention_rows;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
         plan.tile[b] = fcl_plan_attention_tile(info, b,
                                                tuning->attention_tile < 0 ? 0 : tuning->attention_tile);
@@ -526,6 +536,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     ctx->info.softmax_work_group_size = plan.work_group_size;
     ctx->info.softmax_vector_width = plan.vector_width;
     ctx->info.softmax_rows_per_item = tuning.softmax_rows;
+    ctx->info.attention_rows_per_item = tuning.attention_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
     return FCL_SUCCESS;
 }

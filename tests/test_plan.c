@@ -15,6 +15,7 @@ static fcl_device_info built(fcl_device_info i, size_t kernel_wg)
     i.softmax_work_group_size = fcl_plan_work_group_size(&i, t.softmax_work_group);
     i.softmax_vector_width = t.vector_width;
     i.softmax_rows_per_item = t.softmax_rows;
+    i.attention_rows_per_item = t.attention_rows;
     i.kernel_local_mem_size = i.softmax_work_group_size * 8; /* scratch[FCL_LWS] of float2 */
     i.softmax_fused_max_cols = fcl_plan_fused_max_cols(&i);
     return i;
@@ -188,6 +189,17 @@ static void test_attention_tiles(void **state)
 static void test_attention_splits(void **state)
 {
     (void)state;
+    /* CPUs: a block of 16 queries per work-item, keys a vector at a time, groups of one. */
+    fcl_device_info cpu = pocl_like();
+    fill_attention_tiles(&cpu);
+    fcl_attention_desc prefill = {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 1024,
+                                  .len_kv = 1024, .head_dim = 64, .head_dim_v = 64};
+    fcl_attention_launch rows;
+    assert_int_equal(fcl_plan_attention(&cpu, &prefill, &rows), FCL_SUCCESS);
+    assert_true(rows.per_item && rows.work_group_size == 1);
+    assert_int_equal(rows.block_q, 16);
+    assert_int_equal(rows.block_kv, 16);
+    assert_int_equal(rows.q_tiles, 64);
     fcl_device_info nv = nvidia_like();
     fill_attention_tiles(&nv);
     fcl_attention_launch l;
@@ -227,6 +239,7 @@ static void test_tuning(void **state)
     assert_int_equal(cpu.softmax_vector_width, 16);
 
     assert_int_equal(t.softmax_rows, 1);
+    assert_int_equal(t.attention_rows, 1);
     assert_int_equal(
         fcl_tuning_for(NULL, &cpu, "softmax_wg=256,vector_width=4,attention_tile=8x16,softmax_rows=0", &t),
         FCL_SUCCESS);
@@ -241,9 +254,11 @@ static void test_tuning(void **state)
     fcl_device_info small = cpu;
     small.max_work_group_size = 100;
     assert_int_equal(fcl_plan_work_group_size(&small, t.softmax_work_group), 64);
+    assert_int_equal(fcl_tuning_for(NULL, &cpu, "attention_rows=0", &t), FCL_SUCCESS);
+    assert_int_equal(t.attention_rows, 0);
 
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
-                         "softmax_rows=2",
+                         "softmax_rows=2", "attention_rows=x",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);
