@@ -117,7 +117,8 @@ typedef struct fcl_device_info {
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);
 /* Uses the caller's OpenCL objects; retains them and releases only its own references.
  * q may be NULL (flashcl then creates an in-order queue on c and d). Calls that take
- * cl_mem arguments enqueue on the context's queue, which must be in-order. */
+ * cl_mem arguments enqueue on the context's queue; their kernels are chained by events, so
+ * an out-of-order queue works too: wait on the returned event. */
 FCL_API fcl_status fcl_context_create_from_cl(cl_context c, cl_device_id d, cl_command_queue q,
                                       const fcl_context_options *opts, fcl_context **out);
 FCL_API void fcl_context_destroy(fcl_context *ctx); /* NULL is a no-op */
