@@ -34,6 +34,43 @@
 #define FA_FLAG_LSE 8u
 #define FA_FLAG_PARTIAL 16u /* write (m, l, o) for attention_merge instead of the output */
 
+#ifndef FA_LOCATE_DEFINED /* this file is compiled once per bucket; these once in all */
+#define FA_LOCATE_DEFINED
+/* What step g of a kernel's grid-stride loop owns: block_q queries from q0 of one
+ * (batch, head), one key split, their offsets, and the keys it visits (its split, cut short
+ * where causality hides the rest). */
+typedef struct {
+    ulong q0, bh, b, h, split;
+    ulong q_base, k_base, v_base, m_base;
+    ulong kv_begin, kv_end;
+} fa_work;
+
+fa_work fa_locate(ulong g, ulong block_q, ulong q_tiles, ulong heads_total, ulong heads_q,
+                  ulong group, ulong len_q, ulong len_kv, ulong4 q_strides, ulong4 k_strides,
+                  ulong4 v_strides, ulong4 mask_strides, ulong split_len, long causal_offset,
+                  uint flags)
+{
+    fa_work w;
+    w.q0 = (g % q_tiles) * block_q;
+    w.bh = (g / q_tiles) % heads_total;
+    w.split = g / (q_tiles * heads_total);
+    w.b = w.bh / heads_q;
+    w.h = w.bh % heads_q;
+    const ulong hk = w.h / group;
+    w.q_base = w.b * q_strides.x + w.h * q_strides.y;
+    w.k_base = w.b * k_strides.x + hk * k_strides.y;
+    w.v_base = w.b * v_strides.x + hk * v_strides.y;
+    w.m_base = w.b * mask_strides.x + w.h * mask_strides.y;
+    w.kv_begin = w.split * split_len;
+    w.kv_end = min(len_kv, w.kv_begin + split_len);
+    if (flags & FA_FLAG_CAUSAL) {
+        long last_visible = (long)min(w.q0 + block_q, len_q) - 1 + causal_offset;
+        w.kv_end = last_visible < 0 ? 0 : min(w.kv_end, (ulong)last_visible + 1);
+    }
+    return w;
+}
+#endif
+
 /* Loads keys (or values) [k0, k0 + FA_BK) of one head, dim floats each, into tile; rows at
  * or past kv_end are zero. */
 void FCL_CAT(fa_load_kv, FA_NAME)(__local float (*tile)[FA_ROW], __global const void *src,
@@ -63,20 +100,12 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
     const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
 
     for (ulong g = get_group_id(0); g < q_tiles * heads_total * splits; g += get_num_groups(0)) {
-        const ulong q0 = (g % q_tiles) * FA_BQ, bh = (g / q_tiles) % heads_total;
-        const ulong split = g / (q_tiles * heads_total);
-        const ulong b = bh / heads_q, h = bh % heads_q, hk = h / group;
-        const ulong q_base = b * q_strides.x + h * q_strides.y;
-        const ulong k_base = b * k_strides.x + hk * k_strides.y;
-        const ulong v_base = b * v_strides.x + hk * v_strides.y;
-        const ulong m_base = b * mask_strides.x + h * mask_strides.y;
-
-        /* Keys this group visits: its split, cut short where causality hides the rest. */
-        ulong kv_begin = split * split_len, kv_end = min(len_kv, kv_begin + split_len);
-        if (flags & FA_FLAG_CAUSAL) {
-            long last_visible = (long)min(q0 + FA_BQ, len_q) - 1 + causal_offset;
-            kv_end = last_visible < 0 ? 0 : min(kv_end, (ulong)last_visible + 1);
-        }
+        const fa_work w = fa_locate(g, FA_BQ, q_tiles, heads_total, heads_q, group, len_q, len_kv,
+                                    q_strides, k_strides, v_strides, mask_strides, split_len,
+                                    causal_offset, flags);
+        const ulong q0 = w.q0, bh = w.bh, split = w.split, b = w.b, h = w.h;
+        const ulong q_base = w.q_base, k_base = w.k_base, v_base = w.v_base, m_base = w.m_base;
+        const ulong kv_begin = w.kv_begin, kv_end = w.kv_end;
 
         for (uint e = lid; e < FA_BQ * head_dim; e += FA_TQ * FA_TK) {
             ulong r = e / head_dim, d = e % head_dim;
@@ -249,18 +278,12 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(
     floatv v_blk[FCL_VEC][FA_RV];         /* the V block */
 
     for (ulong g = get_global_id(0); g < q_tiles * heads_total * splits; g += get_global_size(0)) {
-        const ulong q0 = (g % q_tiles) * FA_RQ, bh = (g / q_tiles) % heads_total;
-        const ulong split = g / (q_tiles * heads_total);
-        const ulong b = bh / heads_q, h = bh % heads_q, hk = h / group;
-        const ulong q_base = b * q_strides.x + h * q_strides.y;
-        const ulong k_base = b * k_strides.x + hk * k_strides.y;
-        const ulong v_base = b * v_strides.x + hk * v_strides.y;
-        const ulong m_base = b * mask_strides.x + h * mask_strides.y;
-        ulong kv_begin = split * split_len, kv_end = min(len_kv, kv_begin + split_len);
-        if (flags & FA_FLAG_CAUSAL) {
-            long last_visible = (long)min(q0 + FA_RQ, len_q) - 1 + causal_offset;
-            kv_end = last_visible < 0 ? 0 : min(kv_end, (ulong)last_visible + 1);
-        }
+        const fa_work w = fa_locate(g, FA_RQ, q_tiles, heads_total, heads_q, group, len_q, len_kv,
+                                    q_strides, k_strides, v_strides, mask_strides, split_len,
+                                    causal_offset, flags);
+        const ulong q0 = w.q0, bh = w.bh, split = w.split, b = w.b, h = w.h;
+        const ulong q_base = w.q_base, k_base = w.k_base, v_base = w.v_base, m_base = w.m_base;
+        const ulong kv_begin = w.kv_begin, kv_end = w.kv_end;
         for (uint i = 0; i < FA_RQ; i++) {
             for (uint d = 0; d < FA_D; d++)
                 qs[i][d] = q0 + i < len_q && d < head_dim
