@@ -262,6 +262,30 @@ __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT
 #define FA_RQ 16
 #define FA_RV ((FA_D + FCL_VEC - 1) / FCL_VEC) /* vectors per output row */
 
+#ifndef FA_LOAD_ROW_DEFINED
+#define FA_LOAD_ROW_DEFINED
+/* dst[0, n) = src[at, at + n) converted to float, dst[n, cap) = 0: the storage type is
+ * decided once per row, so each copy loop is plain (and vectorised by CPU compilers). */
+void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulong at, uint n,
+                 uint cap)
+{
+    if (dtype == FCL_DTYPE_F32) {
+        __global const float *p = (__global const float *)src + at;
+        for (uint d = 0; d < n; d++)
+            dst[d] = p[d];
+    } else if (dtype == FCL_DTYPE_F16) {
+        for (uint d = 0; d < n; d++)
+            dst[d] = vload_half(at + d, (__global const half *)src);
+    } else {
+        __global const ushort *p = (__global const ushort *)src + at;
+        for (uint d = 0; d < n; d++)
+            dst[d] = as_float((uint)p[d] << 16);
+    }
+    for (uint d = n; d < cap; d++)
+        dst[d] = 0.0f;
+}
+#endif
+
 __kernel void FCL_CAT(attention_rows, FA_NAME)(
     __global const void *q, __global const void *k, __global const void *v,
     __global const void *mask, __global void *out, __global float *lse,
@@ -297,18 +321,16 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(
 
         for (ulong k0 = kv_begin; k0 < kv_end; k0 += FCL_VEC) {
             for (uint j = 0; j < FCL_VEC; j++) {
-                int in_range = k0 + j < kv_end;
+                const int in_range = k0 + j < kv_end; /* keys past the end are zero */
+                float row[FA_RV * FCL_VEC];
+                fa_load_row(row, k, dtype_kv, k_base + (k0 + j) * k_strides.z,
+                            in_range ? (uint)head_dim : 0, FA_D);
                 for (uint d = 0; d < FA_D; d++)
-                    k_t[d][j] = in_range && d < head_dim
-                                    ? fcl_load_any(k, dtype_kv, k_base + (k0 + j) * k_strides.z + d)
-                                    : 0.0f;
-                float vrow[FA_RV * FCL_VEC];
-                for (uint d = 0; d < FA_RV * FCL_VEC; d++)
-                    vrow[d] = in_range && d < head_dim_v
-                                  ? fcl_load_any(v, dtype_kv, v_base + (k0 + j) * v_strides.z + d)
-                                  : 0.0f;
+                    k_t[d][j] = row[d];
+                fa_load_row(row, v, dtype_kv, v_base + (k0 + j) * v_strides.z,
+                            in_range ? (uint)head_dim_v : 0, FA_RV * FCL_VEC);
                 for (uint c = 0; c < FA_RV; c++)
-                    v_blk[j][c] = FCL_VLOADN(c, vrow);
+                    v_blk[j][c] = FCL_VLOADN(c, row);
             }
             for (uint i = 0; i < FA_RQ && q0 + i < len_q; i++) {
                 const ulong qi = q0 + i;
