@@ -112,6 +112,10 @@ typedef struct fcl_device_info {
     char tuning[96];                 /* where the parameters came from (device table entry,
                                         FLASHCL_TUNE) */
     int program_from_cache;          /* 1 when the kernels came from the on-disk cache */
+    /* 0 where flashcl does not use its program cache because the driver cannot be asked for
+     * program binaries safely (POCL 4 and later abort in clGetProgramInfo(BINARIES) for
+     * flashcl's program; POCL keeps its own cache of compiled programs). */
+    int program_cache_usable;
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);

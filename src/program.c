@@ -178,6 +178,17 @@ static char *cache_identity(const fcl_device_info *info, const char *options, co
     return t.s;
 }
 
+/* Whether the driver may be asked for program binaries. POCL 5.0 (LLVM 16) aborts inside
+ * clGetProgramInfo(CL_PROGRAM_BINARIES) for this program ("region_entry_barrier != NULL");
+ * POCL 3.1 does not, and POCL caches compiled programs itself. So flashcl's cache is used
+ * with POCL up to 3.x only. */
+static int binaries_are_safe(const fcl_device_info *info)
+{
+    if (!strstr(info->platform_name, "Portable Computing Language"))
+        return 1;
+    return atoi(info->driver_version) <= 3;
+}
+
 static int cache_path(char *buf, size_t cap, const char *dir, const char *identity)
 {
     unsigned long long h = fcl_hash(FCL_HASH_INIT, identity, strlen(identity));
@@ -498,7 +509,10 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     char dir_buf[4096];
     build_setup setup;
     const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
-    setup.cache_dir = resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf);
+    ctx->info.program_cache_usable = binaries_are_safe(&ctx->info);
+    setup.cache_dir = ctx->info.program_cache_usable
+                          ? resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf)
+                          : NULL;
     if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
                  extra ? extra : "") >= (int)sizeof setup.options)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,

@@ -79,7 +79,9 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     printf("  float vector width  %u; fp16 %s, fp64 %s\n", i->preferred_vector_width_float,
            i->has_fp16 ? "yes" : "no", i->has_fp64 ? "yes" : "no");
     printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
-           i->program_from_cache ? "loaded from the program cache" : "compiled from source",
+           i->program_from_cache ? "loaded from the program cache"
+           : i->program_cache_usable ? "compiled from source"
+                                     : "compiled (the driver's own cache; flashcl's is not used here)",
            (unsigned long long)i->kernel_local_mem_size);
     printf("  tuning              %s\n", i->tuning);
     printf("  softmax plan        %zu work-items per row, %zu-wide vectors; FUSED holds rows of up "
