@@ -36,6 +36,17 @@
 
 #ifndef FA_LOCATE_DEFINED /* this file is compiled once per bucket; these once in all */
 #define FA_LOCATE_DEFINED
+/* The arguments of both attention kernels, in the order set_attention_args (attention.c)
+ * sets them. */
+#define FA_KERNEL_ARGS                                                                         \
+    __global const void *q, __global const void *k, __global const void *v,                  \
+        __global const void *mask, __global void *out, __global float *lse,                   \
+        __global float *partial_o, __global float2 *partial_ml, uint dtype_q, uint dtype_kv,  \
+        uint dtype_o, uint flags, ulong heads_q, ulong group, ulong len_q, ulong len_kv,      \
+        ulong head_dim, ulong head_dim_v, ulong4 q_strides, ulong4 k_strides,                 \
+        ulong4 v_strides, ulong4 o_strides, ulong4 mask_strides, float scale,                 \
+        long causal_offset, ulong q_tiles, ulong heads_total, ulong splits, ulong split_len
+
 /* What step g of a kernel's grid-stride loop owns: block_q queries from q0 of one
  * (batch, head), one key split, their offsets, and the keys it visits (its split, cut short
  * where causality hides the rest). */
@@ -84,14 +95,8 @@ void FCL_CAT(fa_load_kv, FA_NAME)(__local float (*tile)[FA_ROW], __global const 
     }
 }
 
-__kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1))) void FCL_CAT(attention, FA_NAME)(
-    __global const void *q, __global const void *k, __global const void *v,
-    __global const void *mask, __global void *out, __global float *lse,
-    __global float *partial_o, __global float2 *partial_ml, uint dtype_q, uint dtype_kv,
-    uint dtype_o, uint flags, ulong heads_q, ulong group, ulong len_q, ulong len_kv,
-    ulong head_dim, ulong head_dim_v, ulong4 q_strides, ulong4 k_strides, ulong4 v_strides,
-    ulong4 o_strides, ulong4 mask_strides, float scale, long causal_offset, ulong q_tiles,
-    ulong heads_total, ulong splits, ulong split_len)
+__kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1)))
+void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
     __local float q_tile[FA_BQ][FA_ROW];  /* scale * q */
     __local float kv_tile[FA_BK][FA_ROW]; /* the K tile, then the V tile */
@@ -286,14 +291,7 @@ void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulo
 }
 #endif
 
-__kernel void FCL_CAT(attention_rows, FA_NAME)(
-    __global const void *q, __global const void *k, __global const void *v,
-    __global const void *mask, __global void *out, __global float *lse,
-    __global float *partial_o, __global float2 *partial_ml, uint dtype_q, uint dtype_kv,
-    uint dtype_o, uint flags, ulong heads_q, ulong group, ulong len_q, ulong len_kv,
-    ulong head_dim, ulong head_dim_v, ulong4 q_strides, ulong4 k_strides, ulong4 v_strides,
-    ulong4 o_strides, ulong4 mask_strides, float scale, long causal_offset, ulong q_tiles,
-    ulong heads_total, ulong splits, ulong split_len)
+__kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
 {
     float qs[FA_RQ][FA_D];                /* scale * q */
     floatv o[FA_RQ][FA_RV];
