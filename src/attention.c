@@ -341,22 +341,6 @@ fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q
 
 /* ---- host memory ---- */
 
-static cl_mem upload(fcl_context *ctx, size_t bytes, const void *data, cl_int *err)
-{
-    if (*err != CL_SUCCESS || !data)
-        return NULL;
-    /* COPY_HOST_PTR copies: the caller's memory is never written. */
-    return clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes,
-                          (void *)data, err);
-}
-
-static cl_mem device_only(fcl_context *ctx, size_t bytes, cl_int *err)
-{
-    if (*err != CL_SUCCESS)
-        return NULL;
-    return clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, bytes, NULL, err);
-}
-
 fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, const void *q,
                               const void *k, const void *v, const void *mask, void *out,
                               float *lse)
@@ -383,13 +367,14 @@ fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, con
                         mask ? "a mask was given but mask_type is FCL_MASK_NONE"
                              : "mask is NULL but mask_type is set");
 
-    b.q = upload(ctx, sh.q_bytes, q, &err);
-    b.k = upload(ctx, sh.k_bytes, k, &err);
-    b.v = upload(ctx, sh.v_bytes, v, &err);
-    b.mask = upload(ctx, sh.mask_bytes, mask, &err);
-    b.out = device_only(ctx, sh.out_bytes, &err);
+    b.q = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.q_bytes, q, &err);
+    b.k = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.k_bytes, k, &err);
+    b.v = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.v_bytes, v, &err);
+    if (mask)
+        b.mask = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.mask_bytes, mask, &err);
+    b.out = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.out_bytes, NULL, &err);
     if (lse)
-        b.lse = device_only(ctx, sh.lse_bytes, &err);
+        b.lse = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.lse_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         s = fcl_fail_cl(ctx, err, "allocating device buffers for fcl_attention_host");
         goto release;

@@ -154,3 +154,13 @@ fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size
                         "%s holds %zu bytes but the descriptor needs %zu", name, size, need);
     return FCL_SUCCESS;
 }
+
+cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const void *init,
+                       cl_int *err)
+{
+    if (*err != CL_SUCCESS)
+        return NULL;
+    if (init)
+        flags |= CL_MEM_COPY_HOST_PTR;
+    return clCreateBuffer(ctx->cl_ctx, flags, bytes, (void *)init, err);
+}

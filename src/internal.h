@@ -55,6 +55,11 @@ void fcl_append_error(fcl_context *ctx, const char *text);
 size_t fcl_dtype_size(fcl_dtype t);
 /* A caller's cl_mem: not NULL, of ctx's cl_context, at least need bytes (name says which). */
 fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need);
+/* A buffer of ctx's context for the host calls: a copy of init when given (the caller's
+ * memory is never written), else uninitialised. Does nothing once *err is an error, so a
+ * run of calls needs one check. */
+cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const void *init,
+                       cl_int *err);
 
 /* ---- device.c ---- */
 /* Picks a device by spec (see fcl_context_options.device); NULL or "" means the default. */

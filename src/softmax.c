@@ -238,20 +238,10 @@ fcl_status fcl_softmax(fcl_context *ctx, const fcl_softmax_desc *d, cl_mem in, c
 
 /* ---- host memory ---- */
 
-static cl_mem host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const void *init,
-                          cl_int *err)
-{
-    if (*err != CL_SUCCESS)
-        return NULL;
-    if (init)
-        flags |= CL_MEM_COPY_HOST_PTR; /* copies: the caller's memory is never written */
-    return clCreateBuffer(ctx->cl_ctx, flags, bytes, (void *)init, err);
-}
-
 fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d, const void *in,
                             const float *mask, void *out, float *lse)
 {
-    softmax_shape sh;
+    softmax_shape sh = {0};
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
     cl_mem in_buf = NULL, mask_buf = NULL, out_buf = NULL, lse_buf = NULL;
@@ -268,16 +258,16 @@ fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d, const v
                         "in place (in == out) needs in_stride (%zu) == out_stride (%zu)",
                         sh.d.in_stride, sh.d.out_stride);
 
-    in_buf = host_buffer(ctx, in_place ? CL_MEM_READ_WRITE : CL_MEM_READ_ONLY, sh.in_bytes, in, &err);
+    in_buf = fcl_host_buffer(ctx, in_place ? CL_MEM_READ_WRITE : CL_MEM_READ_ONLY, sh.in_bytes, in, &err);
     if (mask)
-        mask_buf = host_buffer(ctx, CL_MEM_READ_ONLY, sh.mask_bytes, mask, &err);
+        mask_buf = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.mask_bytes, mask, &err);
     if (in_place)
         clRetainMemObject(out_buf = in_buf);
     else /* rows with padding: upload out too, so the padding reads back unchanged */
-        out_buf = host_buffer(ctx, CL_MEM_READ_WRITE, sh.out_bytes,
+        out_buf = fcl_host_buffer(ctx, CL_MEM_READ_WRITE, sh.out_bytes,
                               sh.d.out_stride > sh.d.cols ? out : NULL, &err);
     if (lse)
-        lse_buf = host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.lse_bytes, NULL, &err);
+        lse_buf = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.lse_bytes, NULL, &err);
     if (err != CL_SUCCESS) {
         s = fcl_fail_cl(ctx, err, "allocating device buffers for fcl_softmax_host");
         goto release;
