@@ -62,10 +62,8 @@ static size_t mask_bytes(const fcl_attention_desc *d)
 
 static void *random_tensor(size_t n, fcl_dtype t)
 {
-    void *p = malloc(n * chk_dtype_size(t));
+    void *p = chk_random_tensor(n, t, support_rng());
     assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        chk_store(p, t, i, (float)chk_normal(support_rng()));
     return p;
 }
 

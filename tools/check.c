@@ -112,6 +112,14 @@ double chk_normal(chk_rng *r)
     return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
 }
 
+void *chk_random_tensor(size_t n, fcl_dtype t, chk_rng *r)
+{
+    void *p = malloc(n * chk_dtype_size(t));
+    for (size_t i = 0; p && i < n; i++)
+        chk_store(p, t, i, (float)chk_normal(r));
+    return p;
+}
+
 void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
                            double *out, double *lse)
 {

@@ -29,6 +29,8 @@ typedef struct chk_rng {
 chk_rng chk_rng_seeded(uint64_t seed); /* seed 0: from the clock, printed by the caller */
 double chk_uniform(chk_rng *r);         /* [0, 1) */
 double chk_normal(chk_rng *r);
+/* n standard-normal values stored in t (malloc'd; NULL without memory). */
+void *chk_random_tensor(size_t n, fcl_dtype t, chk_rng *r);
 
 /* ---- reference ---- */
 /* Softmax of every row in float64 from the stored (already rounded) inputs; out is dense

@@ -114,14 +114,6 @@ static const attention_demo attention_cases[] = {
     {4, 8, 1, 1, 8192, 128, FCL_CAUSAL_NONE, FCL_DTYPE_F16, FCL_DTYPE_F32, FCL_LAYOUT_BHLD},
 };
 
-static void *random_tensor(size_t n, fcl_dtype t, chk_rng *rng)
-{
-    void *p = malloc(n * chk_dtype_size(t));
-    for (size_t i = 0; p && i < n; i++)
-        chk_store(p, t, i, (float)chk_normal(rng));
-    return p;
-}
-
 /* Runs one attention case through the host API; returns 1 when it matches the reference. */
 static int run_attention(fcl_context *ctx, const attention_demo *c, chk_rng *rng)
 {
@@ -132,8 +124,8 @@ static int run_attention(fcl_context *ctx, const attention_demo *c, chk_rng *rng
     fcl_attention_desc full = chk_attention_defaults(d);
     size_t rows = c->batch * c->heads_q * c->len_q, dim = c->head_dim;
     size_t kv_n = c->batch * c->heads_kv * c->len_kv * dim;
-    void *q = random_tensor(rows * dim, FCL_DTYPE_F32, rng);
-    void *k = random_tensor(kv_n, c->dtype_kv, rng), *v = random_tensor(kv_n, c->dtype_kv, rng);
+    void *q = chk_random_tensor(rows * dim, FCL_DTYPE_F32, rng);
+    void *k = chk_random_tensor(kv_n, c->dtype_kv, rng), *v = chk_random_tensor(kv_n, c->dtype_kv, rng);
     void *out = malloc(rows * dim * chk_dtype_size(c->dtype_o));
     float *lse = malloc(rows * sizeof(float));
     double *got = malloc(rows * dim * sizeof(double)), *want = malloc(rows * dim * sizeof(double));
