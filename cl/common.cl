@@ -3,6 +3,7 @@
  * The host prepends a prelude that defines:
  *   FCL_LWS  work-group size of the row kernels (a power of two)
  *   FCL_VEC  elements per vector in the row kernels: 4, 8 or 16
+ *   FCL_BLOCK_ITEMS  elements each work-item of softmax_block holds (0: no softmax_block)
  *   FCL_ATTENTION_ROWS  1: also build attention_rows (a query block per work-item)
  */
 #ifndef FCL_LWS
@@ -10,6 +11,9 @@
 #endif
 #ifndef FCL_VEC
 #define FCL_VEC 4
+#endif
+#ifndef FCL_BLOCK_ITEMS
+#define FCL_BLOCK_ITEMS 0
 #endif
 
 #define FCL_FLAG_LOG 1u  /* log-softmax */
@@ -169,20 +173,27 @@ float2 fcl_stat_merge(float2 a, float2 b)
     return (float2)(m, a.y * exp(a.x - m) + b.y * exp(b.x - m));
 }
 
-/* Merges the states of all work-items; every work-item gets the result. */
-float2 fcl_stat_reduce(float2 s, __local float2 *scratch)
+/* Merges the states within each segment of `lanes` neighbouring work-items (a power of two
+ * dividing FCL_LWS); every work-item gets its segment's result. */
+float2 fcl_stat_reduce_lanes(float2 s, uint lanes, __local float2 *scratch)
 {
-    const uint lid = get_local_id(0);
+    const uint lid = get_local_id(0), lane = lid & (lanes - 1);
     scratch[lid] = s;
     barrier(CLK_LOCAL_MEM_FENCE);
-    for (uint half_size = FCL_LWS / 2; half_size > 0; half_size >>= 1) {
-        if (lid < half_size)
+    for (uint half_size = lanes / 2; half_size > 0; half_size >>= 1) {
+        if (lane < half_size)
             scratch[lid] = fcl_stat_merge(scratch[lid], scratch[lid + half_size]);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    float2 r = scratch[0];
+    float2 r = scratch[lid - lane];
     barrier(CLK_LOCAL_MEM_FENCE); /* scratch is reused by the caller's next reduction */
     return r;
+}
+
+/* Merges the states of all work-items; every work-item gets the result. */
+float2 fcl_stat_reduce(float2 s, __local float2 *scratch)
+{
+    return fcl_stat_reduce_lanes(s, FCL_LWS, scratch);
 }
 
 /* What the output pass needs from a row's final state (m, d). */

@@ -121,6 +121,64 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
     }
 }
 
+#if FCL_BLOCK_ITEMS > 0
+/* FUSED for rows of up to FCL_LWS * FCL_BLOCK_ITEMS elements, held in registers: `lanes`
+ * work-items share a row (a power of two dividing FCL_LWS), so a group takes FCL_LWS / lanes
+ * rows at once and short rows still fill it. Element j of a row is item j / lanes of lane
+ * j % lanes: neighbouring work-items read neighbouring elements. Each work-item keeps
+ * exp(s - its own max) and its own (m, d); one merge over the lanes gives the row's (m, d),
+ * so the input is read once, with one exp per element and one reduction per row. */
+FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
+{
+    __local float2 scratch[FCL_LWS];
+    const uint lane = get_local_id(0) & (lanes - 1);
+    const ulong rows_per_pass = FCL_LWS / lanes;
+    const int keep_exp = !(flags & FCL_FLAG_LOG);
+    /* The loop bound is the same for the whole group: every work-item reaches each barrier. */
+    for (ulong r0 = get_group_id(0) * rows_per_pass; r0 < rows;
+         r0 += get_num_groups(0) * rows_per_pass) {
+        const ulong r = r0 + get_local_id(0) / lanes;
+        const int live = r < rows;
+        __global const FCL_T *in_row = in + (live ? r : 0) * in_stride;
+        __global const float *mask_row = mask + (live ? r : 0) * mask_stride;
+        float x[FCL_BLOCK_ITEMS];
+        float m_own = -INFINITY;
+        #pragma unroll
+        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
+            ulong j = lane + (ulong)i * lanes;
+            x[i] = live && j < cols ? fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags)
+                                    : -INFINITY;
+            m_own = fmax(m_own, x[i]); /* NaN never becomes the max; it turns d into NaN */
+        }
+        const float shift_own = m_own == -INFINITY ? 0.0f : m_own;
+        float d_own = 0.0f;
+        #pragma unroll
+        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
+            float e = exp(x[i] - shift_own);
+            d_own += e;
+            if (keep_exp)
+                x[i] = e;
+        }
+        fcl_row_norm n = fcl_row_norm_from(
+            fcl_stat_reduce_lanes((float2)(m_own, d_own), lanes, scratch));
+        if (!live)
+            continue;
+        if (lane == 0 && (flags & FCL_FLAG_LSE))
+            lse[r] = n.lse;
+        /* exp(s - m) / d = exp(s - m_own) * exp(m_own - m) / d. A work-item that saw only
+         * -inf holds zeros (exp(-inf - -inf) would be NaN), which a NaN d still turns NaN. */
+        const float factor = (m_own == -INFINITY ? 0.0f : exp(m_own - n.shift)) * n.inv_d;
+        __global FCL_T *out_row = out + r * out_stride;
+        #pragma unroll
+        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
+            ulong j = lane + (ulong)i * lanes;
+            if (j < cols)
+                FCL_STORE(out_row, j, keep_exp ? x[i] * factor : fcl_normalize(x[i], n, flags));
+        }
+    }
+}
+#endif
+
 /* ONLINE: pass 1 streams the row keeping (m, d), pass 2 streams it again and writes. */
 FCL_KERNEL(softmax_online)(FCL_ROW_ARGS)
 {

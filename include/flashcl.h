@@ -94,7 +94,11 @@ typedef struct fcl_device_info {
     /* Plan derived from the above. */
     size_t softmax_work_group_size;  /* work-items per row (or row slice) */
     size_t softmax_vector_width;     /* consecutive elements each work-item takes at once */
-    size_t softmax_fused_max_cols;   /* longest row FUSED can hold in local memory */
+    size_t softmax_fused_max_cols;   /* longest row FUSED can hold on chip */
+    /* FUSED holds rows of up to softmax_block_cols elements in registers, softmax_block_items
+     * per work-item, with at least softmax_block_min_lanes work-items per row and several
+     * short rows per work-group; longer rows in local memory. 0: local memory only. */
+    size_t softmax_block_cols, softmax_block_items, softmax_block_min_lanes;
     /* 1: ONLINE runs one work-item per row, without barriers, and AUTO prefers it to FUSED.
      * The default where local memory is of type CL_GLOBAL (CPUs): there it is ordinary
      * memory, so holding a row in it saves nothing over re-reading the row from the cache,

@@ -24,6 +24,7 @@ enum fcl_softmax_kernel {
     FCL_K_SOFTMAX_SPLIT_STATS,
     FCL_K_SOFTMAX_SPLIT_WRITE,
     FCL_K_SOFTMAX_ROWS,
+    FCL_K_SOFTMAX_BLOCK, /* NULL where the tuning holds no rows in registers */
     FCL_K_SOFTMAX_COUNT
 };
 
@@ -88,24 +89,29 @@ typedef struct fcl_tuning {
     size_t softmax_work_group; /* wanted work-items per row */
     size_t vector_width;       /* 4, 8 or 16 */
     int attention_tile;        /* a tile candidate to start from; -1: the largest that fits */
+    size_t softmax_block_items; /* FUSED in registers: elements per work-item (0: never) */
+    size_t softmax_block_lanes; /* ... and at least this many work-items per row */
     int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
     int attention_rows;        /* attention as a block of queries per work-item */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
- * softmax_rows=0|1, attention_rows=0|1, attention_tile=BQxBK) applied; NULL or "" changes nothing. A bad override is
+ * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_tile=BQxBK)
+ * applied; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
                           fcl_tuning *t);
 /* Work-group size for the row kernels: the wanted size within the device's and (after the
  * build, kernel_work_group_size nonzero) every kernel's limit, as a power of two. */
 size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted);
-/* Longest row FUSED can hold, from the local memory left beside the kernel's own use. */
+/* Longest row FUSED can hold: in registers (softmax_block_cols) or in the local memory left
+ * beside the kernel's own use. */
 size_t fcl_plan_fused_max_cols(const fcl_device_info *info);
 
 typedef struct fcl_softmax_launch {
     fcl_softmax_algo algo;
     int per_item;      /* ONLINE as softmax_rows: one work-item per row */
+    size_t lanes;      /* FUSED as softmax_block: work-items per row; 0: local memory */
     size_t work_group_size;
     size_t groups;     /* work-groups launched (each loops over rows or row slices) */
     size_t slices;     /* SPLIT: work-groups per row */

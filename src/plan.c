@@ -37,19 +37,21 @@ static const struct device_entry {
     cl_device_type type;
     const char *name;
     size_t softmax_work_group, vector_width; /* vector_width 0: the device's preferred */
+    size_t block_items, block_lanes;         /* rows in registers (FCL_BLOCK_ITEMS) */
 } device_table[] = {
     /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
-     * into 128-bit transactions. */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4},
+     * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, a warp
+     * or more per row so that each load instruction reads whole 128-byte lines. */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 32},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4},
-    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4},
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 64},
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 32},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
      * AVX-512): 4 work-items beat 64 by up to 3x on long rows (docs/PERFORMANCE.md);
      * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels. */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0},
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
@@ -79,6 +81,14 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->vector_width = v;
         return 1;
     }
+    if (strcmp(key, "block_items") == 0 && v <= 64) {
+        t->softmax_block_items = v;
+        return 1;
+    }
+    if (strcmp(key, "block_lanes") == 0 && v >= 1 && v <= 1024 && (v & (v - 1)) == 0) {
+        t->softmax_block_lanes = v;
+        return 1;
+    }
     if (strcmp(key, "softmax_rows") == 0 && v <= 1) {
         t->softmax_rows = (int)v;
         return 1;
@@ -104,6 +114,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     t->softmax_work_group = e->softmax_work_group;
     t->vector_width = width_in_range(e->vector_width ? e->vector_width
                                                      : info->preferred_vector_width_float);
+    t->softmax_block_items = e->block_items;
+    t->softmax_block_lanes = e->block_lanes;
     t->attention_tile = -1;
     t->softmax_rows = info->local_mem_is_global;
     t->attention_rows = info->local_mem_is_global;
@@ -125,7 +137,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
         if (!eq || !apply_override(t, item, eq + 1))
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
-                            "of two up to 1024>, vector_width=<4, 8 or 16>, softmax_rows=<0 or 1>, "
+                            "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
+                            "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
                             "attention_rows=<0 or 1> or attention_tile=<one of 32x32, 16x32, "
                             "16x16, 8x16, 8x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
@@ -143,9 +156,20 @@ size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted)
 
 size_t fcl_plan_fused_max_cols(const fcl_device_info *info)
 {
-    if (info->local_mem_size <= info->kernel_local_mem_size)
-        return 0;
-    return (size_t)((info->local_mem_size - info->kernel_local_mem_size) / sizeof(float));
+    size_t in_local = 0;
+    if (info->local_mem_size > info->kernel_local_mem_size)
+        in_local = (size_t)((info->local_mem_size - info->kernel_local_mem_size) / sizeof(float));
+    return in_local > info->softmax_block_cols ? in_local : info->softmax_block_cols;
+}
+
+/* softmax_block's work-items per row: the fewest that hold the row, within the tuning's
+ * minimum and the work-group. */
+static size_t block_lanes(const fcl_device_info *info, size_t cols)
+{
+    size_t lanes = info->softmax_block_min_lanes ? info->softmax_block_min_lanes : 1;
+    while (lanes * info->softmax_block_items < cols)
+        lanes *= 2;
+    return min_size(lanes, info->softmax_work_group_size);
 }
 
 /* Work-groups needed to keep every compute unit busy: a GPU unit wants several groups
@@ -197,6 +221,12 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
         launch->slices = ceil_div(d->cols, launch->slice_cols); /* no empty slice */
     }
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
+    launch->lanes = 0;
+    if (algo == FCL_SOFTMAX_FUSED && d->cols <= info->softmax_block_cols) {
+        launch->lanes = block_lanes(info, d->cols);
+        size_t rows_per_group = lws / launch->lanes;
+        launch->groups = min_size(ceil_div(d->rows, rows_per_group), max_groups ? max_groups : 1);
+    }
     launch->per_item = algo == FCL_SOFTMAX_ONLINE && info->softmax_rows_per_item;
     if (launch->per_item)
         launch->work_group_size = 1; /* softmax_rows: groups of one work-item, one row each */

@@ -27,12 +27,12 @@ extern const char fcl_cl_attention_merge[];
 static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
-    "softmax_rows"};
+    "softmax_rows", "softmax_block"};
 
 /* What the prelude and the kernel list depend on: planned from the device, then corrected
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
-    size_t work_group_size, vector_width;
+    size_t work_group_size, vector_width, block_items;
     int attention_rows;
     int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
 } kernel_plan;
@@ -93,8 +93,8 @@ static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
     text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                 "#define FCL_VEC %zu\n#define FCL_ATTENTION_ROWS %d\n",
-             plan->work_group_size, plan->vector_width, plan->attention_rows);
+                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_ATTENTION_ROWS %d\n",
+             plan->work_group_size, plan->vector_width, plan->block_items, plan->attention_rows);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
@@ -423,8 +423,9 @@ static fcl_status create_kernel(fcl_context *ctx, const char *name, cl_kernel *o
     return FCL_SUCCESS;
 }
 
-/* Creates the softmax kernels and records their tightest limits in ctx->info. */
-static fcl_status create_softmax_kernels(fcl_context *ctx)
+/* Creates the softmax kernels the plan built and records their tightest limits in
+ * ctx->info. */
+static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *plan)
 {
     ctx->info.kernel_work_group_size = ctx->info.max_work_group_size;
     ctx->info.kernel_local_mem_size = 0;
@@ -433,6 +434,8 @@ static fcl_status create_softmax_kernels(fcl_context *ctx)
             char name[64];
             size_t wg;
             cl_ulong local;
+            if (k == FCL_K_SOFTMAX_BLOCK && !plan->block_items)
+                continue;
             snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
             fcl_status s = create_kernel(ctx, name, &ctx->softmax[dt][k], &wg, &local);
             if (s != FCL_SUCCESS)
@@ -488,6 +491,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     kernel_plan plan;
     plan.work_group_size = fcl_plan_work_group_size(info, tuning->softmax_work_group);
     plan.vector_width = tuning->vector_width;
+    plan.block_items = tuning->softmax_block_items;
     plan.attention_rows = tuning->attention_rows;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
         plan.tile[b] = fcl_plan_attention_tile(info, b,
@@ -531,7 +535,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
         int rebuild = 0;
         fcl_status s = load_or_build(ctx, &plan, &setup);
         if (s == FCL_SUCCESS)
-            s = create_softmax_kernels(ctx);
+            s = create_softmax_kernels(ctx, &plan);
         if (s == FCL_SUCCESS)
             s = create_attention_kernels(ctx, &plan, &rebuild);
         if (s != FCL_SUCCESS) {
@@ -550,6 +554,9 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     ctx->info.softmax_work_group_size = plan.work_group_size;
     ctx->info.softmax_vector_width = plan.vector_width;
     ctx->info.softmax_rows_per_item = tuning.softmax_rows;
+    ctx->info.softmax_block_items = plan.block_items;
+    ctx->info.softmax_block_min_lanes = tuning.softmax_block_lanes;
+    ctx->info.softmax_block_cols = plan.work_group_size * plan.block_items;
     ctx->info.attention_rows_per_item = tuning.attention_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
     return FCL_SUCCESS;

@@ -177,7 +177,14 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
     cl_mem partial = NULL;
     fcl_status s = FCL_SUCCESS;
 
-    if (launch->algo == FCL_SOFTMAX_FUSED) {
+    if (launch->algo == FCL_SOFTMAX_FUSED && launch->lanes) {
+        cl_kernel k = kernels[FCL_K_SOFTMAX_BLOCK];
+        cl_uint lanes = (cl_uint)launch->lanes;
+        err = set_row_args(k, &sh->d, in, mask, out, lse);
+        err |= clSetKernelArg(k, 11, sizeof lanes, &lanes);
+        if (err == CL_SUCCESS)
+            err = launch_kernel(ctx, k, launch, n_wait, wait, done);
+    } else if (launch->algo == FCL_SOFTMAX_FUSED) {
         cl_kernel k = kernels[FCL_K_SOFTMAX_FUSED];
         err = set_row_args(k, &sh->d, in, mask, out, lse);
         err |= clSetKernelArg(k, 11, sh->d.cols * sizeof(float), NULL);

@@ -15,6 +15,9 @@ static fcl_device_info built(fcl_device_info i, size_t kernel_wg)
     i.softmax_work_group_size = fcl_plan_work_group_size(&i, t.softmax_work_group);
     i.softmax_vector_width = t.vector_width;
     i.softmax_rows_per_item = t.softmax_rows;
+    i.softmax_block_items = t.softmax_block_items;
+    i.softmax_block_min_lanes = t.softmax_block_lanes;
+    i.softmax_block_cols = i.softmax_work_group_size * t.softmax_block_items;
     i.attention_rows_per_item = t.attention_rows;
     i.kernel_local_mem_size = i.softmax_work_group_size * 8; /* scratch[FCL_LWS] of float2 */
     i.softmax_fused_max_cols = fcl_plan_fused_max_cols(&i);
@@ -66,6 +69,16 @@ static void test_nvidia_like(void **state)
     assert_int_equal(plan_of(&i, 65536, 4096, 0).algo, FCL_SOFTMAX_FUSED);
     assert_int_equal(plan_of(&i, 4096, 11776, 0).algo, FCL_SOFTMAX_FUSED);
     assert_int_equal(plan_of(&i, 4096, 11777, 0).algo, FCL_SOFTMAX_ONLINE);
+    /* Rows of up to 256 x 16 are held in registers, a warp or more per row, and short rows
+     * share a work-group; longer ones in local memory. */
+    assert_int_equal(i.softmax_block_cols, 4096);
+    fcl_softmax_launch b = plan_of(&i, 1u << 21, 128, 0);
+    assert_true(b.algo == FCL_SOFTMAX_FUSED && b.lanes == 32);
+    assert_int_equal(b.groups, 132 * 32); /* 8 rows per group pass; groups loop */
+    assert_int_equal(plan_of(&i, 3, 1000, 0).lanes, 64);
+    assert_int_equal(plan_of(&i, 3, 1000, 0).groups, 1);
+    assert_int_equal(plan_of(&i, 65536, 4096, 0).lanes, 256);
+    assert_int_equal(plan_of(&i, 65536, 4097, 0).lanes, 0);
     assert_int_equal(plan_of(&i, 4096, 65536, 0).algo, FCL_SOFTMAX_ONLINE);
     /* 64 rows of 4M cannot fill 132 units: the rows are split. */
     fcl_softmax_launch l = plan_of(&i, 64, 1u << 22, 0);
@@ -100,8 +113,10 @@ static void test_kernel_limits_win(void **state)
     i = built(i, 192);
     assert_int_equal(i.softmax_work_group_size, 128);
     assert_int_equal(plan_of(&i, 100, 100, 0).work_group_size, 128);
-    /* Local memory already used by the kernel itself leaves nothing for a row. */
+    /* Local memory already used by the kernel itself leaves only the rows in registers. */
     i.kernel_local_mem_size = i.local_mem_size;
+    assert_int_equal(fcl_plan_fused_max_cols(&i), 128 * 16);
+    i.softmax_block_cols = 0;
     assert_int_equal(fcl_plan_fused_max_cols(&i), 0);
 }
 

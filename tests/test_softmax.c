@@ -60,15 +60,20 @@ static void test_many_short_rows(void **state)
     run_every_algo((softmax_case){.rows = 20000, .cols = 33, .log = 1});
 }
 
-/* Rows of all -inf, NaN, some -inf, +inf, ordinary: each row keeps its own fate. */
+/* Rows of all -inf, NaN, some -inf, +inf, ordinary: each row keeps its own fate. With the
+ * per-row mask, row 3 is fully masked but for its +inf, which becomes a NaN among -infs. */
 static void test_special_values(void **state)
 {
     (void)state;
     static const size_t cols[] = {1, 5, 1023, 4097, 200001};
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++)
-        for (int log = 0; log <= 1; log++)
+        for (int log = 0; log <= 1; log++) {
             run_every_algo((softmax_case){.rows = 10, .cols = cols[i], .fill = FILL_SPECIAL,
                                           .log = log});
+            if (cols[i] < 5000)
+                run_every_algo((softmax_case){.rows = 10, .cols = cols[i], .fill = FILL_SPECIAL,
+                                              .mask = MASK_PER_ROW, .log = log});
+        }
 }
 
 static void test_magnitudes(void **state)

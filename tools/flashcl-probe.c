@@ -87,6 +87,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     printf("  softmax plan        %zu work-items per row, %zu-wide vectors; FUSED holds rows of up "
            "to %zu columns\n",
            i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols);
+    if (i->softmax_block_cols)
+        printf("                      rows of up to %zu columns in registers (%zu per work-item, "
+               "%zu or more work-items per row)\n",
+               i->softmax_block_cols, i->softmax_block_items, i->softmax_block_min_lanes);
     if (i->softmax_rows_per_item)
         printf("                      local memory is ordinary memory here: ONLINE runs one "
                "work-item per row, and AUTO prefers it to FUSED\n");
@@ -137,8 +141,10 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf(", \"fp16\": %s, \"fp64\": %s, \"program_from_cache\": %s", i->has_fp16 ? "true" : "false",
            i->has_fp64 ? "true" : "false", i->program_from_cache ? "true" : "false");
     printf(", \"softmax\": {\"work_group_size\": %zu, \"vector_width\": %zu, "
-           "\"fused_max_cols\": %zu, \"rows_per_item\": %s, \"plans\": [",
+           "\"fused_max_cols\": %zu, \"block_cols\": %zu, \"block_items\": %zu, "
+           "\"block_min_lanes\": %zu, \"rows_per_item\": %s, \"plans\": [",
            i->softmax_work_group_size, i->softmax_vector_width, i->softmax_fused_max_cols,
+           i->softmax_block_cols, i->softmax_block_items, i->softmax_block_min_lanes,
            i->softmax_rows_per_item ? "true" : "false");
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
