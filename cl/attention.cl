@@ -255,6 +255,147 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     }
 }
 
+/* ---- Decode: one query per work-group, for len_q of a few tokens, where a query tile
+ * would be mostly empty and the work is streaming K and V once. FA_DEC_C work-items split
+ * the head dimensions (d = c, c + FA_DEC_C, ...: each load instruction of a row of them
+ * reads consecutive elements), FA_DEC_R rows of them take different keys, FA_DEC_KEYS keys
+ * per step. A step: partial dot products into local memory, one work-item per key adds them
+ * up and applies mask and causality, every work-item updates the running max from all the
+ * step's scores and accumulates its keys' p * v into its own output columns; the rows' (l, o)
+ * are added up at the end (they share the max). Same arguments and results as the tile
+ * kernel, with q_tiles = len_q. Built where the tile kernel is (its barriers suit GPUs). ---- */
+#if !FCL_ATTENTION_ROWS
+#define FA_DEC_LWS 128 /* FCL_ATTENTION_DECODE_WORK_GROUP in internal.h */
+#define FA_DEC_C (FA_D / 4)
+#define FA_DEC_R (FA_DEC_LWS / FA_DEC_C)
+#define FA_DEC_U 4 /* keys per work-item per step */
+#define FA_DEC_KEYS (FA_DEC_R * FA_DEC_U)
+
+__kernel __attribute__((reqd_work_group_size(FA_DEC_LWS, 1, 1)))
+void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
+{
+    __local float dots[FA_DEC_KEYS][FA_DEC_C + 1];
+    __local float scores[FA_DEC_KEYS];
+    __local float sum_o[FA_DEC_R][FA_D], sum_l[FA_DEC_R];
+    const uint lid = get_local_id(0), c = lid % FA_DEC_C, r = lid / FA_DEC_C;
+
+    for (ulong g = get_group_id(0); g < q_tiles * heads_total * splits; g += get_num_groups(0)) {
+        const fa_work w = fa_locate(g, 1, q_tiles, heads_total, heads_q, group, len_q, len_kv,
+                                    q_strides, k_strides, v_strides, mask_strides, split_len,
+                                    causal_offset, flags);
+        const ulong qi = w.q0;
+        float qv[4], o[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (uint e = 0; e < 4; e++) {
+            ulong d = c + e * FA_DEC_C;
+            qv[e] = d < head_dim ? scale * fcl_load_any(q, dtype_q, w.q_base + qi * q_strides.z + d)
+                                 : 0.0f;
+        }
+        float m = -INFINITY, l = 0.0f;
+
+        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_DEC_KEYS) {
+            #pragma unroll
+            for (uint u = 0; u < FA_DEC_U; u++) {
+                const uint t = r + u * FA_DEC_R;
+                const ulong kj = k0 + t;
+                float dot = 0.0f;
+                #pragma unroll
+                for (uint e = 0; e < 4; e++) {
+                    ulong d = c + e * FA_DEC_C;
+                    if (kj < w.kv_end && d < head_dim)
+                        dot = fma(qv[e], fcl_load_any(k, dtype_kv, w.k_base + kj * k_strides.z + d), dot);
+                }
+                dots[t][c] = dot;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (lid < FA_DEC_KEYS) {
+                const ulong kj = k0 + lid;
+                float score = 0.0f;
+                for (uint cc = 0; cc < FA_DEC_C; cc++)
+                    score += dots[lid][cc];
+                int visible = kj < w.kv_end &&
+                              (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
+                if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
+                    ulong at = w.m_base + qi * mask_strides.z + kj;
+                    if (flags & FA_FLAG_MASK_ADD)
+                        score += ((__global const float *)mask)[at];
+                    else
+                        visible = ((__global const uchar *)mask)[at] != 0;
+                }
+                scores[lid] = visible ? score : -INFINITY;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            /* Online statistics as in the tile kernel: -inf contributes 0, NaN spreads. */
+            float m_new = m;
+            for (uint t = 0; t < FA_DEC_KEYS; t++)
+                m_new = fmax(m_new, scores[t]);
+            const float alpha = m_new == -INFINITY ? 1.0f : exp(m - m_new);
+            l *= alpha;
+            #pragma unroll
+            for (uint e = 0; e < 4; e++)
+                o[e] *= alpha;
+            #pragma unroll
+            for (uint u = 0; u < FA_DEC_U; u++) {
+                const uint t = r + u * FA_DEC_R;
+                const ulong kj = k0 + t;
+                const float sc = scores[t];
+                const float p = sc == -INFINITY ? 0.0f : exp(sc - m_new);
+                l += p;
+                #pragma unroll
+                for (uint e = 0; e < 4; e++) {
+                    ulong d = c + e * FA_DEC_C;
+                    if (kj < w.kv_end && d < head_dim_v)
+                        o[e] = fma(p, fcl_load_any(v, dtype_kv, w.v_base + kj * v_strides.z + d), o[e]);
+                }
+            }
+            m = m_new;
+            barrier(CLK_LOCAL_MEM_FENCE); /* dots and scores are rewritten by the next step */
+        }
+
+        #pragma unroll
+        for (uint e = 0; e < 4; e++)
+            sum_o[r][c + e * FA_DEC_C] = o[e];
+        if (c == 0)
+            sum_l[r] = l;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (r == 0) {
+            float l_all = 0.0f;
+            for (uint rr = 0; rr < FA_DEC_R; rr++)
+                l_all += sum_l[rr];
+            const ulong row = w.bh * len_q + qi; /* [batch][head][query], as lse */
+            const ulong slot = row * splits + w.split;
+            const float inv_l = l_all == 0.0f ? 0.0f : 1.0f / l_all; /* no visible key: 0 */
+            const ulong o_base = w.b * o_strides.x + w.h * o_strides.y + qi * o_strides.z;
+            #pragma unroll
+            for (uint e = 0; e < 4; e++) {
+                ulong d = c + e * FA_DEC_C;
+                if (d >= head_dim_v)
+                    continue;
+                float acc = 0.0f;
+                for (uint rr = 0; rr < FA_DEC_R; rr++)
+                    acc += sum_o[rr][d];
+                if (flags & FA_FLAG_PARTIAL)
+                    partial_o[slot * head_dim_v + d] = acc;
+                else
+                    fcl_store_any(out, dtype_o, o_base + d, acc * inv_l);
+            }
+            if (c == 0 && (flags & FA_FLAG_PARTIAL))
+                partial_ml[slot] = (float2)(m, l_all);
+            else if (c == 0 && (flags & FA_FLAG_LSE))
+                lse[row] = l_all == 0.0f ? -INFINITY : m + log(l_all);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* sum_o and sum_l are rewritten for the next query */
+    }
+}
+
+#undef FA_DEC_LWS
+#undef FA_DEC_C
+#undef FA_DEC_R
+#undef FA_DEC_U
+#undef FA_DEC_KEYS
+#endif /* !FCL_ATTENTION_ROWS */
+
 /* ---- One block of queries per work-item, for devices whose local memory is ordinary
  * memory (CPU drivers such as POCL run a work-group as a loop and pay for every barrier per
  * work-item). No barrier and no local memory: a work-item takes FA_RQ queries of one

@@ -112,6 +112,9 @@ typedef struct fcl_device_info {
     struct fcl_attention_tile {
         size_t max_head_dim, block_q, block_kv;
         cl_ulong local_mem_size; /* what the compiled kernel uses */
+        /* len_q up to 4 (decoding): one query per work-group, decode_block_kv keys per
+         * step; 0 where that kernel is not built (CPUs: the query blocks above serve). */
+        size_t decode_block_kv;
     } attention_tiles[3];
     char tuning[96];                 /* where the parameters came from (device table entry,
                                         FLASHCL_TUNE) */

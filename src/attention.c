@@ -277,7 +277,9 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
                           const cl_event *wait, cl_event *done)
 {
     const fcl_attention_desc *d = &sh->d;
-    cl_kernel kern = (l->per_item ? ctx->attention_rows : ctx->attention)[l->bucket];
+    cl_kernel kern = (l->per_item ? ctx->attention_rows
+                      : l->decode ? ctx->attention_decode
+                                  : ctx->attention)[l->bucket];
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
     size_t rows = d->batch * d->heads_q * d->len_q;

@@ -16,6 +16,8 @@
 #define FCL_ATTENTION_WORK_GROUP 64   /* FA_TQ x FA_TK in attention.cl */
 #define FCL_ATTENTION_MAX_SPLITS 256  /* FA_MAX_SPLITS in attention_merge.cl */
 #define FCL_ATTENTION_ROWS_BLOCK_Q 16 /* FA_RQ in attention.cl */
+#define FCL_ATTENTION_DECODE_WORK_GROUP 128 /* FA_DEC_LWS in attention.cl */
+#define FCL_ATTENTION_DECODE_MAX_Q 4  /* longest len_q the decode kernel takes */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -36,6 +38,7 @@ struct fcl_context {
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     cl_kernel attention[FCL_ATTENTION_BUCKETS];      /* NULL where no tile fits the device */
     cl_kernel attention_rows[FCL_ATTENTION_BUCKETS]; /* a block of queries per work-item */
+    cl_kernel attention_decode[FCL_ATTENTION_BUCKETS]; /* one query per work-group */
     cl_kernel attention_merge;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
@@ -133,6 +136,8 @@ void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
 int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first);
 /* Local memory an attention tile uses (what attention.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
+/* Keys the decode kernel for head dims up to dim takes per step (FA_DEC_KEYS). */
+size_t fcl_attention_decode_keys(size_t dim);
 
 typedef struct fcl_attention_launch {
     int bucket;
@@ -142,6 +147,7 @@ typedef struct fcl_attention_launch {
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
     int per_item;     /* attention_rows: one work-item per group, a query block each */
+    int decode;       /* attention_decode: one query per work-group */
     size_t work_group_size;
 } fcl_attention_launch;
 

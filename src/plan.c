@@ -241,6 +241,9 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
 /* Work-groups per compute unit that keep it busy; fewer query tiles call for split-KV. */
 #define FCL_ATTENTION_GPU_GROUPS_PER_CU 4
 #define FCL_ATTENTION_MIN_TILES_PER_SPLIT 4
+/* Decode streams K and V: many small groups in flight, a split of at least this many keys. */
+#define FCL_ATTENTION_DECODE_GROUPS_PER_CU 16
+#define FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT 256
 
 size_t fcl_attention_bucket_dim(int bucket) { return bucket_dims[bucket]; }
 
@@ -279,18 +282,21 @@ int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first)
     return -1;
 }
 
-static size_t attention_splits(const fcl_device_info *info, const fcl_attention_desc *d,
-                               size_t work, size_t kv_tiles)
+size_t fcl_attention_decode_keys(size_t dim)
+{
+    return FCL_ATTENTION_DECODE_WORK_GROUP / (dim / 4) * 4;
+}
+
+/* Key splits: as forced, else enough to give `fill` work-groups, each split at least
+ * min_tiles key tiles long. */
+static size_t attention_splits(const fcl_attention_desc *d, size_t work, size_t fill,
+                               size_t kv_tiles, size_t min_tiles)
 {
     size_t splits;
-    if (d->kv_splits) {
+    if (d->kv_splits)
         splits = d->kv_splits;
-    } else {
-        size_t fill = (size_t)info->compute_units *
-                      (is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
-        splits = work >= fill ? 1 : min_size(ceil_div(fill, work),
-                                             kv_tiles / FCL_ATTENTION_MIN_TILES_PER_SPLIT);
-    }
+    else
+        splits = work >= fill ? 1 : min_size(ceil_div(fill, work), kv_tiles / min_tiles);
     splits = min_size(min_size(splits, kv_tiles), FCL_ATTENTION_MAX_SPLITS);
     return splits ? splits : 1;
 }
@@ -301,12 +307,19 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     if (bucket < 0 || info->attention_tiles[bucket].block_q == 0)
         return FCL_ERROR_UNSUPPORTED;
+    const struct fcl_attention_tile *tile = &info->attention_tiles[bucket];
     int per_item = info->attention_rows_per_item;
-    size_t bq = per_item ? FCL_ATTENTION_ROWS_BLOCK_Q : info->attention_tiles[bucket].block_q;
-    size_t bk = per_item ? info->softmax_vector_width : info->attention_tiles[bucket].block_kv;
+    int decode = !per_item && tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q;
+    size_t bq = per_item ? FCL_ATTENTION_ROWS_BLOCK_Q : decode ? 1 : tile->block_q;
+    size_t bk = per_item ? info->softmax_vector_width : decode ? tile->decode_block_kv : tile->block_kv;
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * d->heads_q;
-    size_t splits = attention_splits(info, d, work, kv_tiles);
+    size_t fill = (size_t)info->compute_units *
+                  (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
+                   : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
+    size_t min_tiles = decode ? ceil_div(FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT, bk)
+                              : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
+    size_t splits = attention_splits(d, work, fill, kv_tiles, min_tiles);
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
 
     launch->bucket = bucket;
@@ -317,6 +330,9 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->splits = ceil_div(d->len_kv, launch->split_len); /* no empty split */
     launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
     launch->per_item = per_item;
-    launch->work_group_size = per_item ? 1 : FCL_ATTENTION_WORK_GROUP;
+    launch->decode = decode;
+    launch->work_group_size = per_item ? 1
+                              : decode ? FCL_ATTENTION_DECODE_WORK_GROUP
+                                       : FCL_ATTENTION_WORK_GROUP;
     return FCL_SUCCESS;
 }

@@ -399,6 +399,7 @@ void fcl_release_kernels(fcl_context *ctx)
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         release_kernel(&ctx->attention[b]);
         release_kernel(&ctx->attention_rows[b]);
+        release_kernel(&ctx->attention_decode[b]);
     }
     release_kernel(&ctx->attention_merge);
     if (ctx->program) {
@@ -475,12 +476,20 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         }
         fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
         tile->local_mem_size = local;
-        if (!plan->attention_rows)
-            continue;
-        snprintf(name, sizeof name, "attention_rows_d%zu", tile->max_head_dim);
-        s = create_kernel(ctx, name, &ctx->attention_rows[b], &wg, &local);
+        tile->decode_block_kv = 0;
+        snprintf(name, sizeof name, "attention_%s_d%zu", plan->attention_rows ? "rows" : "decode",
+                 tile->max_head_dim);
+        cl_kernel *extra = plan->attention_rows ? &ctx->attention_rows[b] : &ctx->attention_decode[b];
+        s = create_kernel(ctx, name, extra, &wg, &local);
         if (s != FCL_SUCCESS)
             return s;
+        if (plan->attention_rows)
+            continue;
+        /* The decode kernel is an extra: where it does not fit, the tile kernel serves. */
+        if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_DECODE_WORK_GROUP)
+            release_kernel(extra);
+        else
+            tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
     }
     return create_kernel(ctx, "attention_merge", &ctx->attention_merge, &wg, &local);
 }

@@ -163,6 +163,8 @@ static void fill_attention_tiles(fcl_device_info *i)
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         int c = fcl_plan_attention_tile(i, b, 0);
         i->attention_tiles[b].max_head_dim = fcl_attention_bucket_dim(b);
+        i->attention_tiles[b].decode_block_kv =
+            i->attention_rows_per_item ? 0 : fcl_attention_decode_keys(fcl_attention_bucket_dim(b));
         if (c >= 0)
             fcl_attention_tile_shape(c, &i->attention_tiles[b].block_q,
                                      &i->attention_tiles[b].block_kv);
@@ -218,12 +220,20 @@ static void test_attention_splits(void **state)
     fcl_device_info nv = nvidia_like();
     fill_attention_tiles(&nv);
     fcl_attention_launch l;
-    /* Decode on the H200: 8 x 32 rows of one query cannot fill 132 units: split the keys. */
+    /* Decode on the H200: one query per work-group of 128, 16 keys a step; 8 x 32 queries
+     * cannot fill 132 units 16 times over: split the keys. */
     fcl_attention_desc d = {.batch = 8, .heads_q = 32, .heads_kv = 32, .len_q = 1,
                             .len_kv = 32768, .head_dim = 128, .head_dim_v = 128};
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
-    assert_int_equal(l.splits, 3); /* 528 groups wanted / 256 query tiles, rounded up */
+    assert_true(l.decode && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 16);
+    assert_int_equal(l.splits, 9); /* 2112 groups wanted / 256 queries, rounded up */
     assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
+    d.len_kv = 300; /* a split keeps 256 keys or more */
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 1);
+    d.len_q = 5; /* past decoding: query tiles */
+    assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
+    assert_true(!l.decode && l.block_q == 32);
     /* Prefill fills the device with query tiles alone. */
     d.len_q = d.len_kv = 4096;
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);

@@ -98,11 +98,16 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
     printf("  attention tiles     64 work-items per tile\n");
-    for (int b = 0; b < 3; b++)
-        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %llu bytes of local memory\n",
+    for (int b = 0; b < 3; b++) {
+        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %llu bytes of local memory",
                i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
                i->attention_tiles[b].block_kv,
                (unsigned long long)i->attention_tiles[b].local_mem_size);
+        if (i->attention_tiles[b].decode_block_kv)
+            printf("; decoding: a query per group, %zu keys a step",
+                   i->attention_tiles[b].decode_block_kv);
+        printf("\n");
+    }
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
         const size_t *x = attention_examples[e];
@@ -152,9 +157,10 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf("]}, \"attention\": {\"work_group_size\": 64, \"tiles\": [");
     for (int b = 0; b < 3; b++)
         printf("%s{\"max_head_dim\": %zu, \"block_q\": %zu, \"block_kv\": %zu, "
-               "\"local_mem_size\": %llu}",
+               "\"local_mem_size\": %llu, \"decode_block_kv\": %zu}",
                b ? ", " : "", i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
-               i->attention_tiles[b].block_kv, (unsigned long long)i->attention_tiles[b].local_mem_size);
+               i->attention_tiles[b].block_kv, (unsigned long long)i->attention_tiles[b].local_mem_size,
+               i->attention_tiles[b].decode_block_kv);
     printf("], \"plans\": [");
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
