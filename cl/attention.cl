@@ -82,18 +82,52 @@ fa_work fa_locate(ulong g, ulong block_q, ulong q_tiles, ulong heads_total, ulon
 }
 #endif
 
-/* Loads keys (or values) [k0, k0 + FA_BK) of one head, dim floats each, into tile; rows at
- * or past kv_end are zero. */
-void FCL_CAT(fa_load_kv, FA_NAME)(__local float (*tile)[FA_ROW], __global const void *src,
-                                  uint dtype, ulong base, ulong row_stride, ulong k0,
-                                  ulong kv_end, ulong dim)
+/* tile[c][d] = factor * src[base + (row0 + c) * row_stride + d] for c < rows, d < FA_D, and
+ * zero at or past row_end or dim: the score and output loops run over all FA_D columns. The
+ * indices are 32-bit and FA_D a power of two, so no division is left, and each work-item
+ * issues FA_LOAD_BATCH loads before storing any (loads that wait for one another cost a
+ * memory latency each). dtype is a constant in each call below, so no branch is left
+ * between the loads either. rows * FA_D is a multiple of the batch (tiles of 8 or more
+ * rows, FA_D >= 64). */
+#define FA_LOAD_BATCH 8
+void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+                                     __global const void *src, const uint dtype, ulong base,
+                                     ulong row_stride, ulong row0, ulong row_end, uint dim,
+                                     float factor)
 {
-    for (uint e = get_local_id(0); e < FA_BK * dim; e += FA_TQ * FA_TK) {
-        ulong c = e / dim, d = e % dim;
-        tile[c][d] = k0 + c < kv_end ? fcl_load_any(src, dtype, base + (k0 + c) * row_stride + d)
-                                     : 0.0f;
+    for (uint e0 = get_local_id(0); e0 < rows * FA_D; e0 += FA_LOAD_BATCH * FA_TQ * FA_TK) {
+        float x[FA_LOAD_BATCH];
+        #pragma unroll
+        for (uint i = 0; i < FA_LOAD_BATCH; i++) {
+            const uint e = e0 + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
+            const int inside = row0 + c < row_end && d < dim;
+            x[i] = fcl_load_any(src, dtype, base + (inside ? (row0 + c) * row_stride + d : 0));
+            x[i] = inside ? factor * x[i] : 0.0f;
+        }
+        #pragma unroll
+        for (uint i = 0; i < FA_LOAD_BATCH; i++) {
+            const uint e = e0 + i * FA_TQ * FA_TK;
+            tile[e / FA_D][e % FA_D] = x[i];
+        }
     }
 }
+
+void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+                                    __global const void *src, uint dtype, ulong base,
+                                    ulong row_stride, ulong row0, ulong row_end, uint dim,
+                                    float factor)
+{
+    if (dtype == FCL_DTYPE_F32)
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, src, FCL_DTYPE_F32, base, row_stride, row0,
+                                        row_end, dim, factor);
+    else if (dtype == FCL_DTYPE_F16)
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, src, FCL_DTYPE_F16, base, row_stride, row0,
+                                        row_end, dim, factor);
+    else
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, src, FCL_DTYPE_BF16, base, row_stride, row0,
+                                        row_end, dim, factor);
+}
+#undef FA_LOAD_BATCH
 
 __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
@@ -112,12 +146,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const ulong q_base = w.q_base, k_base = w.k_base, v_base = w.v_base, m_base = w.m_base;
         const ulong kv_begin = w.kv_begin, kv_end = w.kv_end;
 
-        for (uint e = lid; e < FA_BQ * head_dim; e += FA_TQ * FA_TK) {
-            ulong r = e / head_dim, d = e % head_dim;
-            q_tile[r][d] = q0 + r < len_q
-                               ? scale * fcl_load_any(q, dtype_q, q_base + (q0 + r) * q_strides.z + d)
-                               : 0.0f;
-        }
+        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, q, dtype_q, q_base, q_strides.z, q0, len_q,
+                                       (uint)head_dim, scale);
         if (lid < FA_BQ) {
             row_m[lid] = -INFINITY;
             row_l[lid] = 0.0f;
@@ -131,8 +161,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         barrier(CLK_LOCAL_MEM_FENCE);
 
         for (ulong k0 = kv_begin; k0 < kv_end; k0 += FA_BK) {
-            FCL_CAT(fa_load_kv, FA_NAME)(kv_tile, k, dtype_kv, k_base, k_strides.z, k0, kv_end,
-                                         head_dim);
+            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, k, dtype_kv, k_base, k_strides.z, k0,
+                                           kv_end, (uint)head_dim, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             /* Scores of this work-item's FA_SQ x FA_SK block, then mask and causality. */
@@ -142,7 +172,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
                     s[i][j] = 0.0f;
-            for (uint d = 0; d < head_dim; d++) {
+            /* All FA_D columns: the tiles are zero past head_dim, and a constant trip count
+             * lets the compiler unroll. */
+            #pragma unroll 8
+            for (uint d = 0; d < FA_D; d++) {
                 float qv[FA_SQ], kv[FA_SK];
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
@@ -197,8 +230,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
             barrier(CLK_LOCAL_MEM_FENCE); /* also: every read of the K tile is done */
 
-            FCL_CAT(fa_load_kv, FA_NAME)(kv_tile, v, dtype_kv, v_base, v_strides.z, k0, kv_end,
-                                         head_dim_v);
+            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, v, dtype_kv, v_base, v_strides.z, k0,
+                                           kv_end, (uint)head_dim_v, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             #pragma unroll
@@ -271,6 +304,42 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #define FA_DEC_U 4 /* keys per work-item per step */
 #define FA_DEC_KEYS (FA_DEC_R * FA_DEC_U)
 
+/* x[u * 4 + e] = element c + e * FA_DEC_C of key k0 + r + u * FA_DEC_R: work-item (r, c)'s
+ * share of a step, zero for keys at or past kv_end and columns at or past dim. Every load is
+ * unconditional (at an index inside the head) and dtype a constant per call, so all of them
+ * are issued before the first is used. */
+void FCL_CAT(fa_dec_gather_typed, FA_NAME)(__private float *x, __global const void *src,
+                                           const uint dtype, ulong base, ulong stride, ulong k0,
+                                           uint r, uint c, ulong kv_end, uint dim)
+{
+    #pragma unroll
+    for (uint u = 0; u < FA_DEC_U; u++) {
+        #pragma unroll
+        for (uint e = 0; e < 4; e++) {
+            const ulong kj = k0 + r + u * FA_DEC_R;
+            const uint d = c + e * FA_DEC_C;
+            const int inside = kj < kv_end && d < dim;
+            const float val = fcl_load_any(src, dtype, base + (inside ? kj * stride + d : 0));
+            x[u * 4 + e] = inside ? val : 0.0f;
+        }
+    }
+}
+
+void FCL_CAT(fa_dec_gather, FA_NAME)(__private float *x, __global const void *src, uint dtype,
+                                     ulong base, ulong stride, ulong k0, uint r, uint c,
+                                     ulong kv_end, uint dim)
+{
+    if (dtype == FCL_DTYPE_F32)
+        FCL_CAT(fa_dec_gather_typed, FA_NAME)(x, src, FCL_DTYPE_F32, base, stride, k0, r, c,
+                                              kv_end, dim);
+    else if (dtype == FCL_DTYPE_F16)
+        FCL_CAT(fa_dec_gather_typed, FA_NAME)(x, src, FCL_DTYPE_F16, base, stride, k0, r, c,
+                                              kv_end, dim);
+    else
+        FCL_CAT(fa_dec_gather_typed, FA_NAME)(x, src, FCL_DTYPE_BF16, base, stride, k0, r, c,
+                                              kv_end, dim);
+}
+
 __kernel __attribute__((reqd_work_group_size(FA_DEC_LWS, 1, 1)))
 void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
 {
@@ -294,18 +363,19 @@ void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
         float m = -INFINITY, l = 0.0f;
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_DEC_KEYS) {
+            /* The step's K and V shares are loaded together, before the first barrier. */
+            float kx[FA_DEC_U * 4], vx[FA_DEC_U * 4];
+            FCL_CAT(fa_dec_gather, FA_NAME)(kx, k, dtype_kv, w.k_base, k_strides.z, k0, r, c,
+                                            w.kv_end, (uint)head_dim);
+            FCL_CAT(fa_dec_gather, FA_NAME)(vx, v, dtype_kv, w.v_base, v_strides.z, k0, r, c,
+                                            w.kv_end, (uint)head_dim_v);
             #pragma unroll
             for (uint u = 0; u < FA_DEC_U; u++) {
-                const uint t = r + u * FA_DEC_R;
-                const ulong kj = k0 + t;
                 float dot = 0.0f;
                 #pragma unroll
-                for (uint e = 0; e < 4; e++) {
-                    ulong d = c + e * FA_DEC_C;
-                    if (kj < w.kv_end && d < head_dim)
-                        dot = fma(qv[e], fcl_load_any(k, dtype_kv, w.k_base + kj * k_strides.z + d), dot);
-                }
-                dots[t][c] = dot;
+                for (uint e = 0; e < 4; e++)
+                    dot = fma(qv[e], kx[u * 4 + e], dot);
+                dots[r + u * FA_DEC_R][c] = dot;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < FA_DEC_KEYS) {
@@ -337,17 +407,12 @@ void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
                 o[e] *= alpha;
             #pragma unroll
             for (uint u = 0; u < FA_DEC_U; u++) {
-                const uint t = r + u * FA_DEC_R;
-                const ulong kj = k0 + t;
-                const float sc = scores[t];
+                const float sc = scores[r + u * FA_DEC_R];
                 const float p = sc == -INFINITY ? 0.0f : exp(sc - m_new);
                 l += p;
                 #pragma unroll
-                for (uint e = 0; e < 4; e++) {
-                    ulong d = c + e * FA_DEC_C;
-                    if (kj < w.kv_end && d < head_dim_v)
-                        o[e] = fma(p, fcl_load_any(v, dtype_kv, w.v_base + kj * v_strides.z + d), o[e]);
-                }
+                for (uint e = 0; e < 4; e++)
+                    o[e] = fma(p, vx[u * 4 + e], o[e]);
             }
             m = m_new;
             barrier(CLK_LOCAL_MEM_FENCE); /* dots and scores are rewritten by the next step */

@@ -26,6 +26,11 @@
  * work-item therefore touches the same indices in each pass of a row. */
 #define FCL_FIRST(begin) ((begin) + get_local_id(0) * FCL_VEC)
 #define FCL_STEP (FCL_LWS * FCL_VEC)
+/* The streaming loops load FCL_BATCH vectors, `step` apart, before using the first: loads
+ * followed at once by their use (and by the branches of the online update) would wait for
+ * one another, one memory latency per vector. */
+#define FCL_BATCH 4
+#define FCL_BATCH_FITS(j, step, end) ((j) + (FCL_BATCH - 1) * (step) + FCL_VEC <= (end))
 
 /* Statistics of the vectors of in[row] from `first` on, `step` apart, before `end`: this
  * work-item's share of a row (FCL_FIRST, FCL_STEP) or a whole row (0, FCL_VEC). */
@@ -36,6 +41,15 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
     float m = -INFINITY, d = 0.0f, comp = 0.0f;
     floatv dv = 0.0f, cv = 0.0f;
     ulong j = first;
+    for (; FCL_BATCH_FITS(j, step, end); j += FCL_BATCH * step) {
+        floatv x[FCL_BATCH];
+        #pragma unroll
+        for (uint b = 0; b < FCL_BATCH; b++)
+            x[b] = FCL_VLOAD(in_row, j + b * step);
+        #pragma unroll
+        for (uint b = 0; b < FCL_BATCH; b++)
+            fcl_stat_add_vec(&m, &dv, &cv, fcl_score_vec(x[b], scale, mask_row, j + b * step, flags));
+    }
     for (; j + FCL_VEC <= end; j += step)
         fcl_stat_add_vec(&m, &dv, &cv,
                          fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
@@ -58,6 +72,17 @@ void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
                                     fcl_row_norm n)
 {
     ulong j = first;
+    for (; FCL_BATCH_FITS(j, step, end); j += FCL_BATCH * step) {
+        floatv x[FCL_BATCH];
+        #pragma unroll
+        for (uint b = 0; b < FCL_BATCH; b++)
+            x[b] = FCL_VLOAD(in_row, j + b * step);
+        #pragma unroll
+        for (uint b = 0; b < FCL_BATCH; b++) {
+            floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * step, flags);
+            FCL_VSTORE(out_row, j + b * step, fcl_normalize_vec(s, n, flags));
+        }
+    }
     for (; j + FCL_VEC <= end; j += step) {
         floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
         FCL_VSTORE(out_row, j, fcl_normalize_vec(s, n, flags));
@@ -78,6 +103,18 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
         __global const float *mask_row = mask + r * mask_stride;
         floatv mv = -INFINITY;
         ulong j = FCL_FIRST(0);
+        for (; FCL_BATCH_FITS(j, FCL_STEP, cols); j += FCL_BATCH * FCL_STEP) {
+            floatv x[FCL_BATCH];
+            #pragma unroll
+            for (uint b = 0; b < FCL_BATCH; b++)
+                x[b] = FCL_VLOAD(in_row, j + b * FCL_STEP);
+            #pragma unroll
+            for (uint b = 0; b < FCL_BATCH; b++) {
+                floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * FCL_STEP, flags);
+                FCL_VSTOREN(s, 0, row_buf + j + b * FCL_STEP);
+                mv = fmax(mv, s);
+            }
+        }
         for (; j + FCL_VEC <= cols; j += FCL_STEP) {
             floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
             FCL_VSTOREN(s, 0, row_buf + j);
@@ -134,6 +171,7 @@ FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
     const uint lane = get_local_id(0) & (lanes - 1);
     const ulong rows_per_pass = FCL_LWS / lanes;
     const int keep_exp = !(flags & FCL_FLAG_LOG);
+    const uint last = (uint)cols - 1; /* cols <= FCL_LWS * FCL_BLOCK_ITEMS */
     /* The loop bound is the same for the whole group: every work-item reaches each barrier. */
     for (ulong r0 = get_group_id(0) * rows_per_pass; r0 < rows;
          r0 += get_num_groups(0) * rows_per_pass) {
@@ -141,13 +179,22 @@ FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
         const int live = r < rows;
         __global const FCL_T *in_row = in + (live ? r : 0) * in_stride;
         __global const float *mask_row = mask + (live ? r : 0) * mask_stride;
+        /* Every load is unconditional (indices past the row read its last element), so the
+         * compiler issues them all before the first use: a branch around each would make
+         * them wait for one another. The score is fcl_score's, in the same two roundings. */
         float x[FCL_BLOCK_ITEMS];
+        #pragma unroll
+        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
+            x[i] = scale * FCL_LOAD(in_row, min(lane + i * lanes, last));
+        if (flags & FCL_FLAG_MASK) {
+            #pragma unroll
+            for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
+                x[i] += mask_row[min(lane + i * lanes, last)];
+        }
         float m_own = -INFINITY;
         #pragma unroll
         for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
-            ulong j = lane + (ulong)i * lanes;
-            x[i] = live && j < cols ? fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags)
-                                    : -INFINITY;
+            x[i] = live && lane + i * lanes <= last ? x[i] : -INFINITY;
             m_own = fmax(m_own, x[i]); /* NaN never becomes the max; it turns d into NaN */
         }
         const float shift_own = m_own == -INFINITY ? 0.0f : m_own;
@@ -171,8 +218,8 @@ FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
         __global FCL_T *out_row = out + r * out_stride;
         #pragma unroll
         for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
-            ulong j = lane + (ulong)i * lanes;
-            if (j < cols)
+            uint j = lane + i * lanes;
+            if (j <= last)
                 FCL_STORE(out_row, j, keep_exp ? x[i] * factor : fcl_normalize(x[i], n, flags));
         }
     }
@@ -292,5 +339,7 @@ FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
 #undef FCL_VSTORE
 #undef FCL_FIRST
 #undef FCL_STEP
+#undef FCL_BATCH
+#undef FCL_BATCH_FITS
 #undef FCL_KERNEL
 #undef FCL_ROW_ARGS

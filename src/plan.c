@@ -40,12 +40,16 @@ static const struct device_entry {
     size_t block_items, block_lanes;         /* rows in registers (FCL_BLOCK_ITEMS) */
 } device_table[] = {
     /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
-     * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, a warp
-     * or more per row so that each load instruction reads whole 128-byte lines. */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 32},
-    /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 64},
-    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 32},
+     * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, 8 or more
+     * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
+     * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
+     * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
+     * at every N. */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8},
+    /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
+     * register rows as on NVIDIA (not measured on AMD hardware). */
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8},
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,

@@ -69,12 +69,13 @@ static void test_nvidia_like(void **state)
     assert_int_equal(plan_of(&i, 65536, 4096, 0).algo, FCL_SOFTMAX_FUSED);
     assert_int_equal(plan_of(&i, 4096, 11776, 0).algo, FCL_SOFTMAX_FUSED);
     assert_int_equal(plan_of(&i, 4096, 11777, 0).algo, FCL_SOFTMAX_ONLINE);
-    /* Rows of up to 256 x 16 are held in registers, a warp or more per row, and short rows
-     * share a work-group; longer ones in local memory. */
+    /* Rows of up to 256 x 16 are held in registers, 8 or more work-items per row, and short
+     * rows share a work-group; longer ones in local memory. */
     assert_int_equal(i.softmax_block_cols, 4096);
     fcl_softmax_launch b = plan_of(&i, 1u << 21, 128, 0);
-    assert_true(b.algo == FCL_SOFTMAX_FUSED && b.lanes == 32);
-    assert_int_equal(b.groups, 132 * 32); /* 8 rows per group pass; groups loop */
+    assert_true(b.algo == FCL_SOFTMAX_FUSED && b.lanes == 8);
+    assert_int_equal(b.groups, 132 * 32); /* 32 rows per group pass; groups loop */
+    assert_int_equal(plan_of(&i, 100, 128, 0).groups, 4);
     assert_int_equal(plan_of(&i, 3, 1000, 0).lanes, 64);
     assert_int_equal(plan_of(&i, 3, 1000, 0).groups, 1);
     assert_int_equal(plan_of(&i, 65536, 4096, 0).lanes, 256);
