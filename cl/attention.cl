@@ -23,7 +23,9 @@
 #define FA_SQ (FA_BQ / FA_TQ)
 #define FA_SK (FA_BK / FA_TK)
 #define FA_SD ((FA_D + FA_TK - 1) / FA_TK)
-#define FA_ROW (FA_D + 1) /* padded local rows: columns of a tile fall in different banks */
+/* Padded local rows: a multiple of 4 floats, so the score loop reads float4s, and rows 4
+ * banks apart, so the 8 rows a warp reads at once fall in different banks. */
+#define FA_ROW (FA_D + 4)
 /* Loops over the per-work-item blocks (s, o, qv, kv, vv) carry #pragma unroll: the blocks
  * must be registers, and an array indexed in a loop the compiler did not unroll goes to
  * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
@@ -132,8 +134,8 @@ void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
 __kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
-    __local float q_tile[FA_BQ][FA_ROW];  /* scale * q */
-    __local float kv_tile[FA_BK][FA_ROW]; /* the K tile, then the V tile */
+    __local float q_tile[FA_BQ][FA_ROW] __attribute__((aligned(16)));  /* scale * q */
+    __local float kv_tile[FA_BK][FA_ROW] __attribute__((aligned(16))); /* K tile, then V tile */
     __local float p_tile[FA_BQ][FA_BK + 1];
     __local float row_m[FA_BQ], row_l[FA_BQ], row_alpha[FA_BQ];
     const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
@@ -172,22 +174,27 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
                     s[i][j] = 0.0f;
-            /* All FA_D columns: the tiles are zero past head_dim, and a constant trip count
-             * lets the compiler unroll. */
-            #pragma unroll 8
-            for (uint d = 0; d < FA_D; d++) {
-                float qv[FA_SQ], kv[FA_SK];
+            /* All FA_D columns (the tiles are zero past head_dim), 4 at a time: one float4
+             * read from local memory feeds 4 FMAs per partner, and the constant trip count
+             * lets the compiler unroll. The columns are added in order, as one at a time. */
+            #pragma unroll 2
+            for (uint d4 = 0; d4 < FA_D / 4; d4++) {
+                float4 qv[FA_SQ], kv[FA_SK];
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
-                    qv[i] = q_tile[tq + i * FA_TQ][d];
+                    qv[i] = ((__local const float4 *)q_tile[tq + i * FA_TQ])[d4];
                 #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
-                    kv[j] = kv_tile[tk + j * FA_TK][d];
+                    kv[j] = ((__local const float4 *)kv_tile[tk + j * FA_TK])[d4];
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
                     #pragma unroll
-                    for (uint j = 0; j < FA_SK; j++)
-                        s[i][j] = fma(qv[i], kv[j], s[i][j]);
+                    for (uint j = 0; j < FA_SK; j++) {
+                        float acc = fma(qv[i].x, kv[j].x, s[i][j]);
+                        acc = fma(qv[i].y, kv[j].y, acc);
+                        acc = fma(qv[i].z, kv[j].z, acc);
+                        s[i][j] = fma(qv[i].w, kv[j].w, acc);
+                    }
             }
             #pragma unroll
             for (uint i = 0; i < FA_SQ; i++) {

@@ -147,7 +147,7 @@ FCL_API const char *fcl_version_string(void);
 /* ---- Softmax over the last axis of a rows x cols matrix ---- */
 typedef enum fcl_softmax_algo {
     FCL_SOFTMAX_AUTO = 0,
-    FCL_SOFTMAX_FUSED = 1,  /* the row is held in local memory: read once, write once */
+    FCL_SOFTMAX_FUSED = 1,  /* the row is held on chip (registers or local memory): read once */
     FCL_SOFTMAX_ONLINE = 2, /* two streaming passes with running (max, sum) */
     FCL_SOFTMAX_SPLIT = 3   /* a row is cut across work-groups, partial (max, sum) merged */
 } fcl_softmax_algo;
@@ -162,7 +162,8 @@ typedef struct fcl_softmax_desc {
     fcl_softmax_algo algo;
 } fcl_softmax_desc;
 
-/* AUTO: FUSED when the row fits the device's local memory, SPLIT when there are too few rows
+/* AUTO: FUSED when the row fits on chip (fcl_device_info.softmax_fused_max_cols: registers for
+ * short rows on GPUs, else local memory), SPLIT when there are too few rows
  * to fill the device, else ONLINE. Where the device's local memory is of type CL_GLOBAL
  * (CPU drivers: it is ordinary memory) FUSED is not chosen by AUTO (see
  * fcl_device_info.softmax_rows_per_item); forcing it still works.

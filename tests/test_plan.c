@@ -179,7 +179,7 @@ static void test_attention_tiles(void **state)
     fill_attention_tiles(&nv);
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
-    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 51.6 KB). */
+    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 52.2 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
     assert_int_equal(nv.attention_tiles[1].block_kv, 32);
     assert_int_equal(nv.attention_tiles[2].block_q, 16);
