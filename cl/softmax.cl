@@ -32,6 +32,15 @@
 #define FCL_BATCH 4
 #define FCL_BATCH_FITS(j, step, end) ((j) + (FCL_BATCH - 1) * (step) + FCL_VEC <= (end))
 
+/* x[b] = the vector of in_row at j + b * step, for each b of a batch. */
+void FCL_CAT(softmax_load_batch, FCL_DT)(floatv *x, __global const FCL_T *in_row, ulong j,
+                                         ulong step)
+{
+    #pragma unroll
+    for (uint b = 0; b < FCL_BATCH; b++)
+        x[b] = FCL_VLOAD(in_row, j + b * step);
+}
+
 /* Statistics of the vectors of in[row] from `first` on, `step` apart, before `end`: this
  * work-item's share of a row (FCL_FIRST, FCL_STEP) or a whole row (0, FCL_VEC). */
 float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
@@ -43,9 +52,7 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
     ulong j = first;
     for (; FCL_BATCH_FITS(j, step, end); j += FCL_BATCH * step) {
         floatv x[FCL_BATCH];
-        #pragma unroll
-        for (uint b = 0; b < FCL_BATCH; b++)
-            x[b] = FCL_VLOAD(in_row, j + b * step);
+        FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, step);
         #pragma unroll
         for (uint b = 0; b < FCL_BATCH; b++)
             fcl_stat_add_vec(&m, &dv, &cv, fcl_score_vec(x[b], scale, mask_row, j + b * step, flags));
@@ -74,9 +81,7 @@ void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
     ulong j = first;
     for (; FCL_BATCH_FITS(j, step, end); j += FCL_BATCH * step) {
         floatv x[FCL_BATCH];
-        #pragma unroll
-        for (uint b = 0; b < FCL_BATCH; b++)
-            x[b] = FCL_VLOAD(in_row, j + b * step);
+        FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, step);
         #pragma unroll
         for (uint b = 0; b < FCL_BATCH; b++) {
             floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * step, flags);
@@ -105,9 +110,7 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
         ulong j = FCL_FIRST(0);
         for (; FCL_BATCH_FITS(j, FCL_STEP, cols); j += FCL_BATCH * FCL_STEP) {
             floatv x[FCL_BATCH];
-            #pragma unroll
-            for (uint b = 0; b < FCL_BATCH; b++)
-                x[b] = FCL_VLOAD(in_row, j + b * FCL_STEP);
+            FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, FCL_STEP);
             #pragma unroll
             for (uint b = 0; b < FCL_BATCH; b++) {
                 floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * FCL_STEP, flags);

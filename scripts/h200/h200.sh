@@ -2,10 +2,8 @@
 # On the H200 machine: build, the whole test suite on the GPU, probe, demo, and the h200 bench preset.
 set -u
 cd "$(dirname "$0")/../.."
-sh .device/setup.sh
+sh scripts/h200/build.sh || exit 1
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache
-cmake -B build -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 build/tools/flashcl-probe > "$OUT/probe.txt" 2>&1; head -45 "$OUT/probe.txt"
 FLASHCL_DEVICE=gpu timeout 300 ctest --test-dir build --output-on-failure -j4 > "$OUT/ctest-gpu.log" 2>&1
 echo "ctest rc=$?"; grep -E "Test +#|tests passed|FAILED|ERROR|LINE|Failure" "$OUT/ctest-gpu.log" | head -40

@@ -2,10 +2,8 @@
 # H200: build, GPU tests, then softmax block tunings and decode.
 set -u
 cd "$(dirname "$0")/../.."
-sh .device/setup.sh >/dev/null 2>&1
+sh scripts/h200/build.sh || exit 1
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache
-cmake -B build -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 FLASHCL_DEVICE=gpu build/tools/flashcl-probe > "$OUT/probe.txt" 2>&1; head -32 "$OUT/probe.txt" | tail -20
 FLASHCL_DEVICE=gpu timeout 240 ctest --test-dir build --output-on-failure -j4 -E "amd|example|bench" > "$OUT/ctest-gpu.log" 2>&1
 echo "ctest rc=$?"; grep -E "Test +#|tests passed|FAILED|ERROR|LINE|Failure" "$OUT/ctest-gpu.log" | head -30

@@ -2,10 +2,8 @@
 # H200: build, GPU softmax tests, softmax tunings across N.
 set -u
 cd "$(dirname "$0")/../.."
-sh .device/setup.sh >/dev/null 2>&1
+sh scripts/h200/build.sh || exit 1
 export FLASHCL_CACHE_DIR=/tmp/fcl-cache
-cmake -B build -DCMAKE_BUILD_TYPE=Release > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
-cmake --build build -j16 > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 FLASHCL_DEVICE=gpu timeout 200 ctest --test-dir build --output-on-failure -j4 -R "softmax|plan" > "$OUT/ctest-gpu.log" 2>&1
 echo "ctest rc=$?"; grep -E "Test +#|tests passed|FAILED|ERROR|LINE|Failure" "$OUT/ctest-gpu.log" | head -30
 S="--softmax 2097152x128 --softmax 262144x1024 --softmax 65536x4096 --softmax 32768x8192 --softmax 16384x16384 --softmax 4096x65536 --softmax 1024x262144 --softmax 256x1048576 --softmax 64x4194304"
