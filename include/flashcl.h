@@ -5,9 +5,13 @@
  * fcl_context_last_error() holds a sentence naming the argument or limit at fault (or the
  * compiler's build log). The library never exits, aborts, or prints unless FLASHCL_LOG=1.
  *
- * Thread safety: distinct contexts are independent. One context may be used from several
- * threads: enqueueing calls are serialised internally. fcl_context_last_error() reports the
- * last failure of the context, whichever thread caused it.
+ * Thread safety: distinct contexts are independent and may be used from different threads
+ * at once. One context may be used from several threads at once: kernel arguments are set
+ * and kernels enqueued under the context's lock, so calls never mix each other's arguments;
+ * results are those of the same calls made one after another. fcl_context_last_error()
+ * reports the last failure of the context, whichever thread caused it, as a copy owned by
+ * the calling thread. fcl_context_create* and fcl_context_destroy are not to be called on a
+ * context that another thread is using (destroy only after every call on it has returned).
  */
 #ifndef FLASHCL_H
 #define FLASHCL_H
@@ -138,7 +142,8 @@ FCL_API fcl_status fcl_context_device_info(const fcl_context *ctx, fcl_device_in
  * while ctx lives; retain them to keep them longer). Any out pointer may be NULL. */
 FCL_API fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_device_id *d,
                                       cl_command_queue *q);
-/* The last failure on ctx as a sentence ("" when none). With ctx == NULL: the last failed
+/* The last failure on ctx as a sentence ("" when none), in a buffer of the calling thread
+ * that stays valid until its next call of this function. With ctx == NULL: the last failed
  * fcl_context_create* on the calling thread (its build log, for example). */
 FCL_API const char *fcl_context_last_error(const fcl_context *ctx);
 FCL_API const char *fcl_status_string(fcl_status s);

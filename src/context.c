@@ -25,11 +25,18 @@ static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opt
 static fcl_context *new_context(void)
 {
     fcl_context *ctx = calloc(1, sizeof *ctx);
-    if (ctx && pthread_mutex_init(&ctx->lock, NULL) != 0) {
-        free(ctx);
+    if (!ctx)
         return NULL;
-    }
+    if (pthread_mutex_init(&ctx->lock, NULL) != 0)
+        goto no_lock;
+    if (pthread_mutex_init(&ctx->error_lock, NULL) != 0)
+        goto no_error_lock;
     return ctx;
+no_error_lock:
+    pthread_mutex_destroy(&ctx->lock);
+no_lock:
+    free(ctx);
+    return NULL;
 }
 
 static cl_command_queue create_queue(fcl_context *ctx, cl_int *err)
@@ -108,6 +115,7 @@ void fcl_context_destroy(fcl_context *ctx)
         clReleaseDevice(ctx->device);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
+    pthread_mutex_destroy(&ctx->error_lock);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }

@@ -42,6 +42,7 @@ struct fcl_context {
     cl_kernel attention_merge;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
+    pthread_mutex_t error_lock; /* last_error: written and copied out under it */
     char last_error[FCL_ERROR_TEXT_MAX];
 };
 

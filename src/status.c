@@ -10,6 +10,9 @@
 
 /* Failures of fcl_context_create*, which have no context to hold them. */
 static _Thread_local char thread_last_error[FCL_ERROR_TEXT_MAX];
+/* What fcl_context_last_error(ctx) returns: a copy, so another thread failing on ctx
+ * meanwhile cannot change the text under the caller. */
+static _Thread_local char thread_error_copy[FCL_ERROR_TEXT_MAX];
 
 const char *fcl_status_string(fcl_status s)
 {
@@ -31,10 +34,14 @@ const char *fcl_version_string(void)
 
 const char *fcl_context_last_error(const fcl_context *ctx)
 {
-    return ctx ? ctx->last_error : thread_last_error;
+    if (!ctx)
+        return thread_last_error;
+    pthread_mutex_t *lock = (pthread_mutex_t *)&ctx->error_lock; /* const: locking only */
+    pthread_mutex_lock(lock);
+    memcpy(thread_error_copy, ctx->last_error, sizeof thread_error_copy);
+    pthread_mutex_unlock(lock);
+    return thread_error_copy;
 }
-
-static char *error_buffer(fcl_context *ctx) { return ctx ? ctx->last_error : thread_last_error; }
 
 /* Printing is opt-in: an embedding application owns stderr. */
 static void log_if_asked(const char *text)
@@ -44,24 +51,31 @@ static void log_if_asked(const char *text)
         fprintf(stderr, "flashcl: %s\n", text);
 }
 
+/* Writes text into ctx's last error (replacing it, or appended), or the thread's. */
+static void record_error(fcl_context *ctx, const char *text, int append)
+{
+    char *buf = ctx ? ctx->last_error : thread_last_error;
+    if (ctx)
+        pthread_mutex_lock(&ctx->error_lock);
+    size_t used = append ? strlen(buf) : 0;
+    snprintf(buf + used, FCL_ERROR_TEXT_MAX - used, "%s", text);
+    if (ctx)
+        pthread_mutex_unlock(&ctx->error_lock);
+    log_if_asked(text);
+}
+
 fcl_status fcl_fail(fcl_context *ctx, fcl_status s, const char *fmt, ...)
 {
-    char *buf = error_buffer(ctx);
+    char text[FCL_ERROR_TEXT_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, FCL_ERROR_TEXT_MAX, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    log_if_asked(buf);
+    record_error(ctx, text, 0);
     return s;
 }
 
-void fcl_append_error(fcl_context *ctx, const char *text)
-{
-    char *buf = error_buffer(ctx);
-    size_t used = strlen(buf);
-    snprintf(buf + used, FCL_ERROR_TEXT_MAX - used, "%s", text);
-    log_if_asked(text);
-}
+void fcl_append_error(fcl_context *ctx, const char *text) { record_error(ctx, text, 1); }
 
 #define FCL_CL_ERROR_LIST(X)                                                                \
     X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE) X(CL_COMPILER_NOT_AVAILABLE)          \
