@@ -49,7 +49,7 @@ extern "C" {
     X(FCL_ERROR_OPENCL, -7, "OpenCL error")
 
 typedef enum fcl_status {
-#define FCL_STATUS_ENUM_ENTRY(name, value, text) name = value,
+#define FCL_STATUS_ENUM_ENTRY(name, value, text) name = (value),
     FCL_STATUS_LIST(FCL_STATUS_ENUM_ENTRY)
 #undef FCL_STATUS_ENUM_ENTRY
 } fcl_status;

@@ -307,7 +307,8 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
             err = launch(ctx, ctx->attention_merge,
-                         rows < ctx->info.compute_units * 32u ? rows : ctx->info.compute_units * 32u,
+                         rows < (size_t)ctx->info.compute_units * 32 ? rows
+                                                                     : (size_t)ctx->info.compute_units * 32,
                          FCL_ATTENTION_WORK_GROUP, 1, &first, done);
     }
     if (first)

@@ -14,7 +14,7 @@ static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opt
         s = fcl_build_kernels(ctx, opts ? opts->cache_dir : NULL);
     if (s != FCL_SUCCESS) {
         if (ctx->last_error[0])
-            fcl_fail(NULL, s, "%s", ctx->last_error);
+            fcl_record_failure(NULL, "%s", ctx->last_error);
         fcl_context_destroy(ctx);
         return s;
     }
@@ -152,7 +152,7 @@ fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size
     if (!buf)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
     if (clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
-        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof owner, &owner, NULL) != CL_SUCCESS)
+        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof(cl_context), &owner, NULL) != CL_SUCCESS)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_mem", name);
     if (owner != ctx->cl_ctx)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,

@@ -161,7 +161,7 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
     cl_platform_id platform = NULL;
     cl_device_local_mem_type local_type = CL_LOCAL;
     memset(info, 0, sizeof *info);
-    cl_int err = clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof platform, &platform, NULL);
+    cl_int err = clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof(cl_platform_id), &platform, NULL);
     if (err != CL_SUCCESS)
         return fcl_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
     clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name, info->platform_name,

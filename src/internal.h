@@ -47,11 +47,17 @@ struct fcl_context {
 };
 
 /* ---- status.c ---- */
-/* Records a failure on ctx (or, with ctx NULL, on the calling thread) and returns s. */
-fcl_status fcl_fail(fcl_context *ctx, fcl_status s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Maps an OpenCL error to a status and records "what: CL_ERROR_NAME". */
-fcl_status fcl_fail_cl(fcl_context *ctx, cl_int err, const char *what);
+/* Records a sentence as ctx's (or, with ctx NULL, the calling thread's) last error. */
+void fcl_record_failure(fcl_context *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Records a failure and evaluates to the status s: a macro, so that static analysis sees
+ * that `return fcl_fail(ctx, FCL_ERROR_..., ...)` never returns FCL_SUCCESS. */
+#define fcl_fail(ctx, s, ...) (fcl_record_failure((ctx), __VA_ARGS__), (s))
+/* The status for an OpenCL error: never FCL_SUCCESS. */
+fcl_status fcl_status_of_cl(cl_int err);
+/* Maps an OpenCL error to a status and records "what failed: CL_ERROR_NAME". */
+#define fcl_fail_cl(ctx, err, what)                                                           \
+    (fcl_record_failure((ctx), "%s failed: %s (%d)", (what), fcl_cl_error_name(err), (int)(err)), \
+     fcl_status_of_cl(err))
 const char *fcl_cl_error_name(cl_int err);
 /* Appends text to ctx's (or the thread's) last error, for build logs. */
 void fcl_append_error(fcl_context *ctx, const char *text);

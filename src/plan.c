@@ -26,7 +26,12 @@ static size_t floor_pow2(size_t x)
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+/* b >= 1 at every call: a work-group or tile size, or a count clamped to at least 1 (which
+ * the analyzer cannot follow through the callers). */
+static size_t ceil_div(size_t a, size_t b)
+{
+    return a / b + (a % b != 0); // NOLINT(clang-analyzer-core.DivideZero)
+}
 static int is_gpu_like(const fcl_device_info *info) { return !(info->type & CL_DEVICE_TYPE_CPU); }
 
 /* ---- per-device parameters ---- */
@@ -316,6 +321,8 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     int decode = !per_item && tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q;
     size_t bq = per_item ? FCL_ATTENTION_ROWS_BLOCK_Q : decode ? 1 : tile->block_q;
     size_t bk = per_item ? info->softmax_vector_width : decode ? tile->decode_block_kv : tile->block_kv;
+    if (bq == 0 || bk == 0 || d->len_kv == 0)
+        return FCL_ERROR_UNSUPPORTED; /* a device without a plan, or no keys at all */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * d->heads_q;
     size_t fill = (size_t)info->compute_units *
@@ -330,8 +337,10 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
-    launch->split_len = ceil_div(kv_tiles, splits) * bk;
-    launch->splits = ceil_div(d->len_kv, launch->split_len); /* no empty split */
+    /* len_kv >= 1 and 1 <= splits <= kv_tiles, so a split has at least one tile. */
+    size_t tiles_per_split = ceil_div(kv_tiles, splits);
+    launch->split_len = tiles_per_split * bk;
+    launch->splits = ceil_div(kv_tiles, tiles_per_split); /* no empty split */
     launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
     launch->per_item = per_item;
     launch->decode = decode;

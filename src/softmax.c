@@ -136,13 +136,13 @@ static cl_int set_row_args(cl_kernel k, const fcl_softmax_desc *d, cl_mem in, cl
     cl_ulong in_stride = d->in_stride, out_stride = d->out_stride, mask_stride = d->mask_stride;
     cl_ulong rows = d->rows, cols = d->cols;
     cl_uint flags = (d->log ? 1u : 0u) | (mask ? 2u : 0u) | (lse ? 4u : 0u);
-    cl_int err = clSetKernelArg(k, 0, sizeof in, &in);
+    cl_int err = clSetKernelArg(k, 0, sizeof(cl_mem), &in);
     err |= clSetKernelArg(k, 1, sizeof in_stride, &in_stride);
-    err |= clSetKernelArg(k, 2, sizeof out, &out);
+    err |= clSetKernelArg(k, 2, sizeof(cl_mem), &out);
     err |= clSetKernelArg(k, 3, sizeof out_stride, &out_stride);
-    err |= clSetKernelArg(k, 4, sizeof mask, &mask); /* a NULL cl_mem is a NULL pointer */
+    err |= clSetKernelArg(k, 4, sizeof(cl_mem), &mask); /* a NULL cl_mem is a NULL pointer */
     err |= clSetKernelArg(k, 5, sizeof mask_stride, &mask_stride);
-    err |= clSetKernelArg(k, 6, sizeof lse, &lse);
+    err |= clSetKernelArg(k, 6, sizeof(cl_mem), &lse);
     err |= clSetKernelArg(k, 7, sizeof rows, &rows);
     err |= clSetKernelArg(k, 8, sizeof cols, &cols);
     err |= clSetKernelArg(k, 9, sizeof d->scale, &d->scale);
@@ -155,7 +155,7 @@ static cl_int set_split_args(cl_kernel k, const fcl_softmax_launch *launch, cl_m
     cl_ulong slices = launch->slices, slice_cols = launch->slice_cols;
     cl_int err = clSetKernelArg(k, 11, sizeof slices, &slices);
     err |= clSetKernelArg(k, 12, sizeof slice_cols, &slice_cols);
-    err |= clSetKernelArg(k, 13, sizeof partial, &partial);
+    err |= clSetKernelArg(k, 13, sizeof(cl_mem), &partial);
     return err;
 }
 

@@ -289,7 +289,8 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     res->gbs = useful / (res->ms * 1e6);
     res->copy_pct = b->copy_gbs > 0 ? 100.0 * res->gbs / b->copy_gbs : 0.0;
     if (c->kind == KIND_ATTENTION) {
-        res->flops = 4.0 * (double)c->batch * c->heads * visible_pairs(c) * c->head_dim;
+        res->flops = 4.0 * (double)c->batch * (double)c->heads * visible_pairs(c) *
+                     (double)c->head_dim;
         res->tflops = res->flops / (res->ms * 1e9);
     }
     return 1;

@@ -69,7 +69,7 @@ static int run_case(fcl_context *ctx, cl_context cl_ctx, cl_command_queue queue,
     clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
 
     chk_softmax_reference(&d, x, NULL, ref, ref_lse);
-    chk_report out_rep, lse_rep;
+    chk_report out_rep = {0}, lse_rep = {0};
     int out_ok = err == CL_SUCCESS && chk_compare(y, c->dtype, c->rows, c->cols, c->cols, ref,
                                                   chk_softmax_tolerance(c->dtype), &out_rep);
     int lse_ok = err == CL_SUCCESS && chk_compare_lse(lse, ref_lse, c->rows, &lse_rep);
@@ -157,7 +157,8 @@ static int run_attention(fcl_context *ctx, const attention_demo *c, chk_rng *rng
     chk_report rep, lse_rep;
     int out_ok = chk_compare_values(got, want, rows * dim, chk_attention_tolerance(&full), &rep);
     ok = out_ok && chk_compare_lse(lse, want_lse, rows, &lse_rep);
-    double flops = 4.0 * c->batch * c->heads_q * c->len_q * c->len_kv * dim *
+    double flops = 4.0 * (double)c->batch * (double)c->heads_q * (double)c->len_q *
+                   (double)c->len_kv * (double)dim *
                    (c->causal ? 0.5 : 1.0);
     printf("attention %s kv %-4s out %-4s B%zu H%zu/%zu Lq %-5zu Lkv %-5zu D%zu %-6s tile %zux%zu "
            "splits %-2zu %8.3f ms %6.2f GFLOP/s  max|err| %.2e  NMSE %.1e  %s\n",
