@@ -2,11 +2,12 @@
 # Installs what flashcl needs on Debian/Ubuntu: a C compiler, CMake, the OpenCL loader and
 # headers, POCL (OpenCL on the CPU, for machines without a GPU driver), CMocka, and clang-15
 # with rocm-device-libs for the tests' offline compile check of the AMD GPU kernels,
-# pkg-config for the packaging test, and cppcheck and clang-tidy for the static analysis test.
+# pkg-config for the packaging test, cppcheck and clang-tidy for the static analysis test,
+# and valgrind for the memory check.
 # Does nothing when everything is already there.
 set -e
 packages="gcc libc6-dev make cmake ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libcmocka-dev
-clang-15 rocm-device-libs pkg-config cppcheck clang-tidy"
+clang-15 rocm-device-libs pkg-config cppcheck clang-tidy valgrind"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
