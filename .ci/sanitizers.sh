@@ -5,10 +5,11 @@
 #    (FLASHCL_CACHE_DIR), so nothing is compiled twice;
 # 2. valgrind memcheck over the host-only planner tests. The device tests are not run under
 #    valgrind: POCL's LLVM did not finish creating a context within 12 minutes there.
-# usage: sanitizers.sh SOURCE_DIR BUILD_DIR
+# usage: sanitizers.sh SOURCE_DIR BUILD_DIR [VALGRIND]
 set -eu
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
+valgrind=${3:-}
 asan=$build/sanitize
 cmake -S "$src" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DFLASHCL_SANITIZE=ON > "$asan.configure.log" 2>&1 ||
   { cat "$asan.configure.log"; exit 1; }
@@ -17,7 +18,11 @@ export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_erro
 # The offline AMD compile, static analysis and packaging checks do not run flashcl's code.
 ctest --test-dir "$asan" -j 2 --output-on-failure -E "amd_offline_check|static_analysis|package"
 echo "ASan + UBSan: clean"
-valgrind --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+if [ -z "$valgrind" ]; then
+  echo "valgrind memcheck: not run (valgrind is not installed)"
+  exit 0
+fi
+"$valgrind" --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
   --show-leak-kinds=definite,indirect -q "$build/tests/test_plan" > "$build/valgrind.log" 2>&1 ||
   { cat "$build/valgrind.log"; exit 1; }
 echo "valgrind memcheck (test_plan): clean"
