@@ -8,7 +8,8 @@
  * Needs common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows of one
  * (batch, head): the scaled Q tile stays in local memory, K and V tiles stream through one
  * local buffer, scores live in registers and one local tile, and each row keeps its running
- * (m, l) and an output accumulator o in float32. The len_q x len_kv scores never reach
+ * (m, l) and an output accumulator o in float32, in the registers of the work-items that own
+ * the row's scores and output columns. The len_q x len_kv scores never reach
  * global memory. With several key splits, each work-group writes its unnormalised partial
  * (m, l, o) and attention_merge combines them.
  */
@@ -137,7 +138,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __local float q_tile[FA_BQ][FA_ROW] __attribute__((aligned(16)));  /* scale * q */
     __local float kv_tile[FA_BK][FA_ROW] __attribute__((aligned(16))); /* K tile, then V tile */
     __local float p_tile[FA_BQ][FA_BK + 1];
-    __local float row_m[FA_BQ], row_l[FA_BQ], row_alpha[FA_BQ];
+    __local float row_parts[FA_BQ][FA_TK + 1]; /* per row, one value per work-item column */
     const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
 
     for (ulong g = get_group_id(0); g < q_tiles * heads_total * splits; g += get_num_groups(0)) {
@@ -150,9 +151,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
         FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, q, dtype_q, q_base, q_strides.z, q0, len_q,
                                        (uint)head_dim, scale);
-        if (lid < FA_BQ) {
-            row_m[lid] = -INFINITY;
-            row_l[lid] = 0.0f;
+        /* Each work-item keeps the running max of its rows (the same in the FA_TK work-items
+         * of a row) and the sum over its own columns; the sums are added up at the end. */
+        float m_run[FA_SQ], l_own[FA_SQ];
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++) {
+            m_run[i] = -INFINITY;
+            l_own[i] = 0.0f;
         }
         float o[FA_SQ][FA_SD];
         #pragma unroll
@@ -212,42 +217,51 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                         else
                             visible = ((__global const uchar *)mask)[at] != 0;
                     }
-                    p_tile[r][c] = visible ? score : -INFINITY;
+                    s[i][j] = visible ? score : -INFINITY;
                 }
+            }
+
+            /* Online statistics (ALGORITHMS.md section 4), spread over all work-items: the
+             * row max from the FA_TK parts of each row, then p = exp(s - m) for this
+             * work-item's own scores into p_tile. -inf (masked) gives p = 0, also when the
+             * whole row is still -inf; a NaN score stays NaN and spreads through l and o. */
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++) {
+                float part = -INFINITY;
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++)
+                    part = fmax(part, s[i][j]);
+                row_parts[tq + i * FA_TQ][tk] = part;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-
-            /* Online statistics per row; the scores become probabilities in place. */
-            if (lid < FA_BQ) {
-                float m_old = row_m[lid], m_new = m_old, sum = 0.0f;
-                for (uint c = 0; c < FA_BK; c++)
-                    m_new = fmax(m_new, p_tile[lid][c]);
-                for (uint c = 0; c < FA_BK; c++) {
-                    float sc = p_tile[lid][c];
-                    /* -inf (masked) contributes 0, also when the whole row is still -inf;
-                     * a NaN score stays NaN and spreads through l. */
-                    float p = sc == -INFINITY ? 0.0f : exp(sc - m_new);
-                    p_tile[lid][c] = p;
+            float alpha[FA_SQ];
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++) {
+                const uint r = tq + i * FA_TQ;
+                float m_new = m_run[i], sum = 0.0f;
+                for (uint t = 0; t < FA_TK; t++)
+                    m_new = fmax(m_new, row_parts[r][t]);
+                alpha[i] = m_new == -INFINITY ? 1.0f : exp(m_run[i] - m_new);
+                m_run[i] = m_new;
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++) {
+                    float p = s[i][j] == -INFINITY ? 0.0f : exp(s[i][j] - m_new);
+                    p_tile[r][tk + j * FA_TK] = p;
                     sum += p;
                 }
-                float alpha = m_new == -INFINITY ? 1.0f : exp(m_old - m_new);
-                row_alpha[lid] = alpha;
-                row_l[lid] = row_l[lid] * alpha + sum;
-                row_m[lid] = m_new;
+                l_own[i] = l_own[i] * alpha[i] + sum;
             }
-            barrier(CLK_LOCAL_MEM_FENCE); /* also: every read of the K tile is done */
+            barrier(CLK_LOCAL_MEM_FENCE); /* p_tile is whole; every read of the K tile is done */
 
             FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, v, dtype_kv, v_base, v_strides.z, k0,
                                            kv_end, (uint)head_dim_v, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             #pragma unroll
-            for (uint i = 0; i < FA_SQ; i++) {
-                float alpha = row_alpha[tq + i * FA_TQ];
+            for (uint i = 0; i < FA_SQ; i++)
                 #pragma unroll
                 for (uint j = 0; j < FA_SD; j++)
-                    o[i][j] *= alpha;
-            }
+                    o[i][j] *= alpha[i];
             for (uint c = 0; c < FA_BK; c++) {
                 float vv[FA_SD];
                 #pragma unroll
@@ -264,12 +278,19 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kv_tile and p_tile */
         }
 
+        /* l of each row: the sum of its FA_TK work-items' parts. */
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++)
+            row_parts[tq + i * FA_TQ][tk] = l_own[i];
+        barrier(CLK_LOCAL_MEM_FENCE);
         #pragma unroll
         for (uint i = 0; i < FA_SQ; i++) {
             ulong r = tq + i * FA_TQ, qi = q0 + r;
             if (qi >= len_q)
                 continue;
-            float m = row_m[r], l = row_l[r];
+            float m = m_run[i], l = 0.0f;
+            for (uint t = 0; t < FA_TK; t++)
+                l += row_parts[r][t];
             ulong row = bh * len_q + qi; /* [batch][head][query], as lse */
             if (flags & FA_FLAG_PARTIAL) {
                 ulong slot = row * splits + split;

@@ -273,9 +273,9 @@ void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv)
 
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv)
 {
-    /* q_tile and kv_tile rows of dim + 4 floats, p_tile, and three per-row statistics. */
-    return sizeof(float) *
-           (block_q * (dim + 4) + block_kv * (dim + 4) + block_q * (block_kv + 1) + 3 * block_q);
+    /* q_tile and kv_tile rows of dim + 4 floats, p_tile, and row_parts (8 + 1 per row). */
+    return sizeof(float) * (block_q * (dim + 4) + block_kv * (dim + 4) +
+                            block_q * (block_kv + 1) + block_q * 9);
 }
 
 int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first)
