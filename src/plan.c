@@ -15,7 +15,8 @@
 
 static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256};
 /* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
-static const size_t tile_candidates[][2] = {{32, 32}, {16, 32}, {16, 16}, {8, 16}, {8, 8}};
+static const size_t tile_candidates[][2] = {{64, 32}, {32, 32}, {16, 32}, {16, 16}, {8, 16},
+                                            {8, 8}};
 #define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 static size_t floor_pow2(size_t x)
 {
@@ -148,8 +149,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1> or attention_tile=<one of 32x32, 16x32, "
-                            "16x16, 8x16, 8x8>, separated by commas",
+                            "attention_rows=<0 or 1> or attention_tile=<one of 64x32, 32x32, "
+                            "16x32, 16x16, 8x16, 8x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
     return FCL_SUCCESS;

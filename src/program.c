@@ -504,9 +504,20 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.vector_width = tuning->vector_width;
     plan.block_items = tuning->softmax_block_items;
     plan.attention_rows = tuning->attention_rows;
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        plan.tile[b] = fcl_plan_attention_tile(info, b,
-                                               tuning->attention_tile < 0 ? 0 : tuning->attention_tile);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        int forced = tuning->attention_tile;
+        size_t bq, bk;
+        if (forced >= 0) {
+            fcl_attention_tile_shape(forced, &bq, &bk);
+            /* FLASHCL_TUNE's tile as given where its local memory fits (for tuning beyond
+             * the register rule), else the next that fits. */
+            if (fcl_attention_local_bytes(fcl_attention_bucket_dim(b), bq, bk) <= info->local_mem_size) {
+                plan.tile[b] = forced;
+                continue;
+            }
+        }
+        plan.tile[b] = fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced);
+    }
     return plan;
 }
 
