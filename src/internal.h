@@ -99,6 +99,7 @@ typedef struct fcl_tuning {
     size_t softmax_work_group; /* wanted work-items per row */
     size_t vector_width;       /* 4, 8 or 16 */
     int attention_tile;        /* a tile candidate to start from; -1: the largest that fits */
+    size_t attention_accumulators; /* most float accumulators per work-item in a tile */
     size_t softmax_block_items; /* FUSED in registers: elements per work-item (0: never) */
     size_t softmax_block_lanes; /* ... and at least this many work-items per row */
     int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
@@ -138,9 +139,10 @@ size_t fcl_attention_bucket_dim(int bucket);
 /* The bucket whose kernel handles max(head_dim, head_dim_v), or -1 above 256. */
 int fcl_attention_bucket(size_t head_dim, size_t head_dim_v);
 void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
-/* The first candidate from `first` on whose registers and estimated local memory fit the
- * device; -1 when none does. */
-int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first);
+/* The first candidate from `first` on with at most max_accumulators per work-item and whose
+ * estimated local memory fits the device; -1 when none does. */
+int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
+                            size_t max_accumulators);
 /* Local memory an attention tile uses (what attention.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 /* Keys the decode kernel for head dims up to dim takes per step (FA_DEC_KEYS). */

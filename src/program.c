@@ -32,7 +32,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
 /* What the prelude and the kernel list depend on: planned from the device, then corrected
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
-    size_t work_group_size, vector_width, block_items;
+    size_t work_group_size, vector_width, block_items, attention_accumulators;
     int attention_rows;
     int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
 } kernel_plan;
@@ -472,7 +472,8 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         if (s != FCL_SUCCESS)
             return s;
         if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_WORK_GROUP) {
-            plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1);
+            plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1,
+                                                    plan->attention_accumulators);
             *rebuild = 1;
             continue;
         }
@@ -503,6 +504,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.work_group_size = fcl_plan_work_group_size(info, tuning->softmax_work_group);
     plan.vector_width = tuning->vector_width;
     plan.block_items = tuning->softmax_block_items;
+    plan.attention_accumulators = tuning->attention_accumulators;
     plan.attention_rows = tuning->attention_rows;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         int forced = tuning->attention_tile;
@@ -516,7 +518,8 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
                 continue;
             }
         }
-        plan.tile[b] = fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced);
+        plan.tile[b] = fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
+                                               plan.attention_accumulators);
     }
     return plan;
 }

@@ -161,8 +161,10 @@ static void test_forced_choices(void **state)
 /* Attention tiles from local memory: the largest candidate whose tiles fit. */
 static void fill_attention_tiles(fcl_device_info *i)
 {
+    fcl_tuning t;
+    assert_int_equal(fcl_tuning_for(NULL, i, NULL, &t), FCL_SUCCESS);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        int c = fcl_plan_attention_tile(i, b, 0);
+        int c = fcl_plan_attention_tile(i, b, 0, t.attention_accumulators);
         i->attention_tiles[b].max_head_dim = fcl_attention_bucket_dim(b);
         i->attention_tiles[b].decode_block_kv =
             i->attention_rows_per_item ? 0 : fcl_attention_decode_keys(fcl_attention_bucket_dim(b));
@@ -179,7 +181,12 @@ static void test_attention_tiles(void **state)
     fill_attention_tiles(&nv);
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
-    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 52.2 KB). */
+    /* NVIDIA: 64 x 32 at head_dim 64 (96 accumulators, 36.8 KB); AMD and CPUs: 32 x 32. */
+    assert_int_equal(nv.attention_tiles[0].block_q, 64);
+    assert_int_equal(nv.attention_tiles[0].block_kv, 32);
+    assert_int_equal(amd.attention_tiles[0].block_q, 32);
+    assert_int_equal(cpu.attention_tiles[0].block_q, 32);
+    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 52.6 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
     assert_int_equal(nv.attention_tiles[1].block_kv, 32);
     assert_int_equal(nv.attention_tiles[2].block_q, 16);
@@ -196,7 +203,7 @@ static void test_attention_tiles(void **state)
     /* 4 KiB of local memory holds no tile for head_dim 256. */
     fcl_device_info tiny = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 1,
                             .max_work_group_size = 256, .local_mem_size = 4096};
-    assert_int_equal(fcl_plan_attention_tile(&tiny, 2, 0), -1);
+    assert_int_equal(fcl_plan_attention_tile(&tiny, 2, 0, 80), -1);
     fill_attention_tiles(&tiny);
     fcl_attention_desc d = {.batch = 1, .heads_q = 1, .heads_kv = 1, .len_q = 8, .len_kv = 8,
                             .head_dim = 200, .head_dim_v = 200};
