@@ -57,6 +57,14 @@ static void guarded_check_free(guarded *g, int is_output)
     clReleaseMemObject(g->mem);
 }
 
+/* The call succeeded (s); waits for its event. */
+static void finish(fcl_status s, cl_event done)
+{
+    assert_int_equal(s, FCL_SUCCESS);
+    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
+    clReleaseEvent(done);
+}
+
 static void softmax_guarded(size_t rows, size_t cols, fcl_softmax_algo algo, int with_mask)
 {
     size_t n = rows * cols;
@@ -68,11 +76,9 @@ static void softmax_guarded(size_t rows, size_t cols, fcl_softmax_algo algo, int
     fcl_softmax_desc d = {.rows = rows, .cols = cols, .algo = algo,
                           .mask_stride = with_mask ? cols : 0};
     cl_event done = NULL;
-    assert_int_equal(fcl_softmax(support_ctx, &d, in.mem, with_mask ? mask.mem : NULL, out.mem,
-                                 lse.mem, 0, NULL, &done),
-                     FCL_SUCCESS);
-    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
-    clReleaseEvent(done);
+    fcl_status s = fcl_softmax(support_ctx, &d, in.mem, with_mask ? mask.mem : NULL, out.mem,
+                               lse.mem, 0, NULL, &done);
+    finish(s, done);
     guarded_check_free(&in, 0);
     guarded_check_free(&mask, 0);
     guarded_check_free(&out, 1);
@@ -107,11 +113,9 @@ static void attention_guarded(size_t len_q, size_t len_kv, size_t dim, size_t sp
     guarded gq = guarded_new(q, nq * 4), gk = guarded_new(k, nkv * 4), gv = guarded_new(v, nkv * 4);
     guarded out = guarded_new(NULL, nq * 4), lse = guarded_new(NULL, 2 * 4 * len_q * 4);
     cl_event done = NULL;
-    assert_int_equal(fcl_attention(support_ctx, &d, gq.mem, gk.mem, gv.mem, NULL, out.mem,
-                                   lse.mem, 0, NULL, &done),
-                     FCL_SUCCESS);
-    assert_int_equal(clWaitForEvents(1, &done), CL_SUCCESS);
-    clReleaseEvent(done);
+    fcl_status s = fcl_attention(support_ctx, &d, gq.mem, gk.mem, gv.mem, NULL, out.mem, lse.mem,
+                                 0, NULL, &done);
+    finish(s, done);
     guarded_check_free(&gq, 0);
     guarded_check_free(&gk, 0);
     guarded_check_free(&gv, 0);
