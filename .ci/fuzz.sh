@@ -15,4 +15,5 @@ clang-15 -g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
   "$build/generated/flashcl_kernels.c" "$src/tests/fuzz_descriptors.c" -lOpenCL -lpthread -lm \
   -o "$out/fuzz_descriptors"
 cd "$out"
+export LSAN_OPTIONS="suppressions=$src/.ci/lsan.supp:print_suppressions=0"
 ./fuzz_descriptors -max_total_time="$seconds" -timeout=60 -print_final_stats=1 corpus
