@@ -1,9 +1,11 @@
 /* Bad arguments: a clear status, a sentence naming the argument, and nothing written. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include "support.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define SENTINEL 99.5f
 
@@ -202,6 +204,32 @@ static void test_status_strings_and_devices(void **state)
     assert_int_equal(fcl_context_create(&opts, &ctx), FCL_ERROR_NO_DEVICE);
 }
 
+/* The device refuses a buffer (larger than CL_DEVICE_MAX_MEM_ALLOC_SIZE): an OpenCL status
+ * with a message naming the step and the OpenCL error, and the context still works. The
+ * input is an untouched anonymous mapping, so its pages cost nothing. */
+static void test_device_refusal_leaves_context_usable(void **state)
+{
+    (void)state;
+    size_t cols = (size_t)(support_info.max_alloc_size / sizeof(float)) + 1024;
+    size_t bytes = cols * sizeof(float);
+    void *huge = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (huge == MAP_FAILED)
+        fail_msg("could not reserve %zu bytes of address space", bytes);
+    fcl_softmax_desc d = {.rows = 1, .cols = cols};
+    reset_buffers();
+    fcl_status s = fcl_softmax_host(support_ctx, &d, huge, NULL, out, NULL); /* out: never reached */
+    munmap(huge, bytes);
+    assert_true(s == FCL_ERROR_OPENCL || s == FCL_ERROR_OUT_OF_RESOURCES ||
+                s == FCL_ERROR_OUT_OF_HOST_MEMORY);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "allocating device buffers"));
+    assert_untouched();
+    /* The context still computes. */
+    fcl_softmax_desc ok = {.rows = 2, .cols = 32};
+    assert_int_equal(fcl_softmax_host(support_ctx, &ok, in, NULL, out, lse), FCL_SUCCESS);
+    for (int r = 0; r < 2; r++)
+        assert_float_equal(out[r * 32 + 31] / out[r * 32 + 30], exp(1.0), 1e-5);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +238,7 @@ int main(void)
         cmocka_unit_test(test_in_place_needs_equal_strides),
         cmocka_unit_test(test_bad_device_buffers),
         cmocka_unit_test(test_status_strings_and_devices),
+        cmocka_unit_test(test_device_refusal_leaves_context_usable),
     };
     return cmocka_run_group_tests(tests, support_setup, support_teardown);
 }
