@@ -168,6 +168,12 @@ cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const
 {
     if (*err != CL_SUCCESS)
         return NULL;
+    /* OpenCL's own limit on one buffer, checked here: some drivers (NVIDIA's) go past it and
+     * copy the whole host array before failing, or succeed on some machines only. */
+    if (bytes > ctx->info.max_alloc_size) {
+        *err = CL_INVALID_BUFFER_SIZE;
+        return NULL;
+    }
     if (init)
         flags |= CL_MEM_COPY_HOST_PTR;
     return clCreateBuffer(ctx->cl_ctx, flags, bytes, (void *)init, err);
