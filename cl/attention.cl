@@ -83,6 +83,22 @@ fa_work fa_locate(ulong g, ulong block_q, ulong q_tiles, ulong heads_total, ulon
     }
     return w;
 }
+
+/* A score after causality and the mask: -inf where key kj is past kv_end, in query qi's causal
+ * future or masked out; plus the additive mask elsewhere. */
+float fa_masked_score(float score, ulong qi, ulong kj, ulong kv_end, long causal_offset,
+                      __global const void *mask, ulong m_base, ulong mask_stride_q, uint flags)
+{
+    int visible = kj < kv_end && (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
+    if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
+        ulong at = m_base + qi * mask_stride_q + kj;
+        if (flags & FA_FLAG_MASK_ADD)
+            score += ((__global const float *)mask)[at];
+        else
+            visible = ((__global const uchar *)mask)[at] != 0;
+    }
+    return visible ? score : -INFINITY;
+}
 #endif
 
 /* tile[c][d] = factor * src[base + (row0 + c) * row_stride + d] for c < rows, d < FA_D, and
@@ -205,20 +221,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint i = 0; i < FA_SQ; i++) {
                 ulong r = tq + i * FA_TQ, qi = q0 + r;
                 #pragma unroll
-                for (uint j = 0; j < FA_SK; j++) {
-                    ulong c = tk + j * FA_TK, kj = k0 + c;
-                    int visible = qi < len_q && kj < kv_end &&
-                                  (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
-                    float score = s[i][j];
-                    if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
-                        ulong at = m_base + qi * mask_strides.z + kj;
-                        if (flags & FA_FLAG_MASK_ADD)
-                            score += ((__global const float *)mask)[at];
-                        else
-                            visible = ((__global const uchar *)mask)[at] != 0;
-                    }
-                    s[i][j] = visible ? score : -INFINITY;
-                }
+                for (uint j = 0; j < FA_SK; j++)
+                    s[i][j] = qi < len_q ? fa_masked_score(s[i][j], qi, k0 + tk + j * FA_TK, kv_end,
+                                                           causal_offset, mask, m_base,
+                                                           mask_strides.z, flags)
+                                         : -INFINITY;
             }
 
             /* Online statistics (ALGORITHMS.md section 4), spread over all work-items: the
@@ -303,14 +310,14 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 continue;
             }
             /* No visible key: l = 0, output 0 and lse -inf (never NaN). */
-            float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+            const fcl_row_norm n = fcl_row_norm_from((float2)(m, l));
             ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
             #pragma unroll
             for (uint j = 0; j < FA_SD; j++)
                 if (tk + j * FA_TK < head_dim_v)
-                    fcl_store_any(out, dtype_o, o_base + tk + j * FA_TK, o[i][j] * inv_l);
+                    fcl_store_any(out, dtype_o, o_base + tk + j * FA_TK, o[i][j] * n.inv_d);
             if (tk == 0 && (flags & FA_FLAG_LSE))
-                lse[row] = l == 0.0f ? -INFINITY : m + log(l);
+                lse[row] = n.lse;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next tile of this group reuses the local tiles */
     }
@@ -407,20 +414,11 @@ void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < FA_DEC_KEYS) {
-                const ulong kj = k0 + lid;
                 float score = 0.0f;
                 for (uint cc = 0; cc < FA_DEC_C; cc++)
                     score += dots[lid][cc];
-                int visible = kj < w.kv_end &&
-                              (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
-                if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
-                    ulong at = w.m_base + qi * mask_strides.z + kj;
-                    if (flags & FA_FLAG_MASK_ADD)
-                        score += ((__global const float *)mask)[at];
-                    else
-                        visible = ((__global const uchar *)mask)[at] != 0;
-                }
-                scores[lid] = visible ? score : -INFINITY;
+                scores[lid] = fa_masked_score(score, qi, k0 + lid, w.kv_end, causal_offset, mask,
+                                              w.m_base, mask_strides.z, flags);
             }
             barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -458,7 +456,7 @@ void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
                 l_all += sum_l[rr];
             const ulong row = w.bh * len_q + qi; /* [batch][head][query], as lse */
             const ulong slot = row * splits + w.split;
-            const float inv_l = l_all == 0.0f ? 0.0f : 1.0f / l_all; /* no visible key: 0 */
+            const fcl_row_norm n = fcl_row_norm_from((float2)(m, l_all)); /* no key: 0, -inf */
             const ulong o_base = w.b * o_strides.x + w.h * o_strides.y + qi * o_strides.z;
             #pragma unroll
             for (uint e = 0; e < 4; e++) {
@@ -471,12 +469,12 @@ void FCL_CAT(attention_decode, FA_NAME)(FA_KERNEL_ARGS)
                 if (flags & FA_FLAG_PARTIAL)
                     partial_o[slot * head_dim_v + d] = acc;
                 else
-                    fcl_store_any(out, dtype_o, o_base + d, acc * inv_l);
+                    fcl_store_any(out, dtype_o, o_base + d, acc * n.inv_d);
             }
             if (c == 0 && (flags & FA_FLAG_PARTIAL))
                 partial_ml[slot] = (float2)(m, l_all);
             else if (c == 0 && (flags & FA_FLAG_LSE))
-                lse[row] = l_all == 0.0f ? -INFINITY : m + log(l_all);
+                lse[row] = n.lse;
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* sum_o and sum_l are rewritten for the next query */
     }
@@ -571,20 +569,9 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
                     s = fma((floatv)qs[i][d], FCL_VLOADN(0, k_t[d]), s);
                 float sc[FCL_VEC];
                 FCL_VSTOREN(s, 0, sc);
-                for (uint j = 0; j < FCL_VEC; j++) {
-                    ulong kj = k0 + j;
-                    int visible = kj < kv_end &&
-                                  (!(flags & FA_FLAG_CAUSAL) || (long)kj <= (long)qi + causal_offset);
-                    if (visible && (flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL))) {
-                        ulong at = m_base + qi * mask_strides.z + kj;
-                        if (flags & FA_FLAG_MASK_ADD)
-                            sc[j] += ((__global const float *)mask)[at];
-                        else
-                            visible = ((__global const uchar *)mask)[at] != 0;
-                    }
-                    if (!visible)
-                        sc[j] = -INFINITY;
-                }
+                for (uint j = 0; j < FCL_VEC; j++)
+                    sc[j] = fa_masked_score(sc[j], qi, k0 + j, kv_end, causal_offset, mask, m_base,
+                                            mask_strides.z, flags);
                 s = FCL_VLOADN(0, sc);
                 /* Online statistics as in the tile kernel: -inf contributes 0, NaN spreads. */
                 float m_new = fmax(row_m[i], fcl_hmax(s));
@@ -615,12 +602,12 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
                 partial_ml[slot] = (float2)(row_m[i], row_l[i]);
                 continue;
             }
-            float l = row_l[i], inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+            const fcl_row_norm n = fcl_row_norm_from((float2)(row_m[i], row_l[i]));
             ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
             for (uint d = 0; d < head_dim_v; d++)
-                fcl_store_any(out, dtype_o, o_base + d, out_row[d] * inv_l);
+                fcl_store_any(out, dtype_o, o_base + d, out_row[d] * n.inv_d);
             if (flags & FA_FLAG_LSE)
-                lse[row] = l == 0.0f ? -INFINITY : row_m[i] + log(l);
+                lse[row] = n.lse;
         }
     }
 }

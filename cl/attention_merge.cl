@@ -24,7 +24,7 @@ __kernel __attribute__((reqd_work_group_size(FA_MERGE_LWS, 1, 1))) void attentio
         float l = 0.0f;
         for (ulong s = 0; s < splits; s++)
             l += ml[s].y * weight[s];
-        float inv_l = l == 0.0f ? 0.0f : 1.0f / l;
+        const fcl_row_norm n = fcl_row_norm_from((float2)(m, l)); /* no key: 0 and -inf */
 
         ulong bh = row / len_q, qi = row % len_q, b = bh / heads_q, h = bh % heads_q;
         ulong o_base = b * o_strides.x + h * o_strides.y + qi * o_strides.z;
@@ -33,10 +33,10 @@ __kernel __attribute__((reqd_work_group_size(FA_MERGE_LWS, 1, 1))) void attentio
             float acc = 0.0f;
             for (ulong s = 0; s < splits; s++)
                 acc = fma(po[s * head_dim_v + d], weight[s], acc);
-            fcl_store_any(out, dtype_o, o_base + d, acc * inv_l);
+            fcl_store_any(out, dtype_o, o_base + d, acc * n.inv_d);
         }
         if (lid == 0 && (flags & FA_MERGE_FLAG_LSE))
-            lse[row] = l == 0.0f ? -INFINITY : m + log(l);
+            lse[row] = n.lse;
         barrier(CLK_LOCAL_MEM_FENCE); /* weight is rewritten for the next row */
     }
 }
