@@ -53,9 +53,8 @@ static const struct device_entry {
      * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
      * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
      * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
-     * at every N. */
-    /* 96 accumulators admit 64 x 32 attention tiles at head_dim 64: 17-19% faster than
-     * 32 x 32 on the H200 (docs/PERFORMANCE.md), with 255 registers a thread available. */
+     * at every N. 96 attention accumulators admit 64 x 32 tiles at head_dim 64: 13-19%
+     * faster than 32 x 32 on the H200, with 255 registers a thread available. */
     {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
      * register rows as on NVIDIA (not measured on AMD hardware). */
