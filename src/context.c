@@ -151,9 +151,13 @@ fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size
     cl_context owner = NULL;
     if (!buf)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
-    if (clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL) != CL_SUCCESS ||
-        clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof(cl_context), &owner, NULL) != CL_SUCCESS)
+    cl_int err = clGetMemObjectInfo(buf, CL_MEM_SIZE, sizeof size, &size, NULL);
+    if (err == CL_SUCCESS)
+        err = clGetMemObjectInfo(buf, CL_MEM_CONTEXT, sizeof(cl_context), &owner, NULL);
+    if (err == CL_INVALID_MEM_OBJECT)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is not a valid cl_mem", name);
+    if (err != CL_SUCCESS) /* the driver failed, not the caller */
+        return fcl_fail_cl(ctx, err, "clGetMemObjectInfo(%s)", name);
     if (owner != ctx->cl_ctx)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "%s belongs to another cl_context than this flashcl context", name);

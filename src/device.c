@@ -1,6 +1,8 @@
 /* Device selection (options / FLASHCL_DEVICE) and capability probing. */
 #include "internal.h"
 
+#include <CL/cl_ext.h> /* CL_PLATFORM_NOT_FOUND_KHR */
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,22 +19,29 @@ typedef struct device_entry {
     char name[256];
 } device_entry;
 
-/* Every device of every platform, in platform order. Returns the count. */
-static size_t list_devices(device_entry *list, size_t cap)
+/* Every device of every platform, in platform order. Returns the count; *err gets the first
+ * failure of the listing calls (a platform without devices is not one), for the message when
+ * nothing is found. A device whose type or name cannot be read stays listed without them. */
+static size_t list_devices(device_entry *list, size_t cap, cl_int *err)
 {
     cl_platform_id platforms[FCL_MAX_PLATFORMS];
     cl_uint n_platforms = 0;
     size_t n = 0;
-    if (clGetPlatformIDs(FCL_MAX_PLATFORMS, platforms, &n_platforms) != CL_SUCCESS)
+    *err = clGetPlatformIDs(FCL_MAX_PLATFORMS, platforms, &n_platforms);
+    if (*err != CL_SUCCESS)
         return 0;
     if (n_platforms > FCL_MAX_PLATFORMS)
         n_platforms = FCL_MAX_PLATFORMS;
     for (cl_uint p = 0; p < n_platforms; p++) {
         cl_device_id devices[FCL_MAX_DEVICES];
         cl_uint n_devices = 0;
-        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, FCL_MAX_DEVICES, devices,
-                           &n_devices) != CL_SUCCESS)
+        cl_int listed = clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, FCL_MAX_DEVICES, devices,
+                                       &n_devices);
+        if (listed != CL_SUCCESS) {
+            if (listed != CL_DEVICE_NOT_FOUND && *err == CL_SUCCESS)
+                *err = listed;
             continue;
+        }
         if (n_devices > FCL_MAX_DEVICES)
             n_devices = FCL_MAX_DEVICES;
         for (cl_uint d = 0; d < n_devices && n < cap; d++) {
@@ -98,13 +107,17 @@ static const device_entry *match_spec(const device_entry *list, size_t n, const 
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device)
 {
     device_entry list[FCL_MAX_DEVICES];
-    size_t n = list_devices(list, FCL_MAX_DEVICES);
+    cl_int err;
+    size_t n = list_devices(list, FCL_MAX_DEVICES, &err);
     const device_entry *e = NULL;
     const char *origin = "options.device";
     if (!spec || !*spec) {
         spec = getenv("FLASHCL_DEVICE");
         origin = "FLASHCL_DEVICE";
     }
+    /* The ICD loader's "no platform" is no failure of the driver's. */
+    if (n == 0 && err != CL_SUCCESS && err != CL_PLATFORM_NOT_FOUND_KHR)
+        return fcl_fail_cl(NULL, err, "listing the OpenCL platforms and devices");
     if (n == 0)
         return fcl_fail(NULL, FCL_ERROR_NO_DEVICE,
                         "no OpenCL platform or device was found (is an ICD such as "
@@ -130,68 +143,98 @@ fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_devi
     return FCL_SUCCESS;
 }
 
-static void get_string(cl_device_id dev, cl_device_info what, char *buf, size_t cap)
-{
-    buf[0] = '\0';
-    clGetDeviceInfo(dev, what, cap, buf, NULL);
-    buf[cap - 1] = '\0';
-}
+/* The probe's queries: the first failure is kept, with the query's name, and the rest are
+ * skipped, so a run of queries needs one check. */
+typedef struct probe {
+    cl_device_id device;
+    cl_int err;
+    const char *failed;
+} probe;
 
-static int has_extension(cl_device_id dev, const char *ext)
+static void query(probe *p, cl_device_info what, const char *name, size_t size, void *value,
+                  size_t *size_ret)
+{
+    if (p->err == CL_SUCCESS &&
+        (p->err = clGetDeviceInfo(p->device, what, size, value, size_ret)) != CL_SUCCESS)
+        p->failed = name;
+}
+#define QUERY(p, what, field)                                                                 \
+    query((p), (what), "clGetDeviceInfo(" #what ")", sizeof(field), &(field), NULL)
+
+/* A string property, whole (malloc'd), or NULL after a failure. */
+static char *query_text(probe *p, cl_device_info what, const char *name)
 {
     size_t n = 0;
-    int found = 0;
-    if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, 0, NULL, &n) != CL_SUCCESS || n == 0)
-        return 0;
-    char *all = malloc(n + 1);
-    if (!all)
-        return 0;
-    if (clGetDeviceInfo(dev, CL_DEVICE_EXTENSIONS, n, all, NULL) == CL_SUCCESS) {
-        all[n] = '\0';
-        size_t len = strlen(ext);
-        for (const char *p = strstr(all, ext); p && !found; p = strstr(p + 1, ext))
-            found = (p == all || p[-1] == ' ') && (p[len] == ' ' || p[len] == '\0');
+    query(p, what, name, 0, NULL, &n);
+    char *text = p->err == CL_SUCCESS ? malloc(n + 1) : NULL;
+    if (p->err == CL_SUCCESS && !text) {
+        p->err = CL_OUT_OF_HOST_MEMORY;
+        p->failed = name;
     }
-    free(all);
-    return found;
+    query(p, what, name, n, text, NULL);
+    if (p->err != CL_SUCCESS) {
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* A string property into a fixed field, cut to fit (names longer than the field are kept
+ * usable rather than failing the probe). */
+static void query_string(probe *p, cl_device_info what, const char *name, char *field, size_t cap)
+{
+    char *text = query_text(p, what, name);
+    snprintf(field, cap, "%s", text ? text : "");
+    free(text);
+}
+#define QUERY_STRING(p, what, field)                                                          \
+    query_string((p), (what), "clGetDeviceInfo(" #what ")", (field), sizeof(field))
+
+static int has_extension(const char *all, const char *ext)
+{
+    size_t len = strlen(ext);
+    for (const char *s = all ? strstr(all, ext) : NULL; s; s = strstr(s + 1, ext))
+        if ((s == all || s[-1] == ' ') && (s[len] == ' ' || s[len] == '\0'))
+            return 1;
+    return 0;
 }
 
 fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 {
     cl_platform_id platform = NULL;
     cl_device_local_mem_type local_type = CL_LOCAL;
+    probe p = {dev, CL_SUCCESS, NULL};
     memset(info, 0, sizeof *info);
-    cl_int err = clGetDeviceInfo(dev, CL_DEVICE_PLATFORM, sizeof(cl_platform_id), &platform, NULL);
-    if (err != CL_SUCCESS)
-        return fcl_fail_cl(NULL, err, "clGetDeviceInfo(CL_DEVICE_PLATFORM)");
-    clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name, info->platform_name,
-                      NULL);
+    QUERY(&p, CL_DEVICE_PLATFORM, platform);
+    if (p.err == CL_SUCCESS &&
+        (p.err = clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name,
+                                   info->platform_name, NULL)) != CL_SUCCESS)
+        p.failed = "clGetPlatformInfo(CL_PLATFORM_NAME)";
     info->platform_name[sizeof info->platform_name - 1] = '\0';
-    get_string(dev, CL_DEVICE_NAME, info->name, sizeof info->name);
-    get_string(dev, CL_DEVICE_VENDOR, info->vendor, sizeof info->vendor);
-    get_string(dev, CL_DRIVER_VERSION, info->driver_version, sizeof info->driver_version);
-    get_string(dev, CL_DEVICE_VERSION, info->device_version, sizeof info->device_version);
-    get_string(dev, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version,
-               sizeof info->opencl_c_version);
-    clGetDeviceInfo(dev, CL_DEVICE_TYPE, sizeof info->type, &info->type, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_VENDOR_ID, sizeof info->vendor_id, &info->vendor_id, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof info->compute_units,
-                    &info->compute_units, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof info->max_work_group_size,
-                    &info->max_work_group_size, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_SIZE, sizeof info->local_mem_size,
-                    &info->local_mem_size, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_LOCAL_MEM_TYPE, sizeof local_type, &local_type, NULL);
+    QUERY_STRING(&p, CL_DEVICE_NAME, info->name);
+    QUERY_STRING(&p, CL_DEVICE_VENDOR, info->vendor);
+    QUERY_STRING(&p, CL_DRIVER_VERSION, info->driver_version);
+    QUERY_STRING(&p, CL_DEVICE_VERSION, info->device_version);
+    QUERY_STRING(&p, CL_DEVICE_OPENCL_C_VERSION, info->opencl_c_version);
+    QUERY(&p, CL_DEVICE_TYPE, info->type);
+    QUERY(&p, CL_DEVICE_VENDOR_ID, info->vendor_id);
+    QUERY(&p, CL_DEVICE_MAX_COMPUTE_UNITS, info->compute_units);
+    QUERY(&p, CL_DEVICE_MAX_WORK_GROUP_SIZE, info->max_work_group_size);
+    QUERY(&p, CL_DEVICE_LOCAL_MEM_SIZE, info->local_mem_size);
+    QUERY(&p, CL_DEVICE_LOCAL_MEM_TYPE, local_type);
     info->local_mem_is_global = (local_type == CL_GLOBAL);
-    clGetDeviceInfo(dev, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof info->global_mem_size,
-                    &info->global_mem_size, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof info->max_alloc_size,
-                    &info->max_alloc_size, NULL);
-    clGetDeviceInfo(dev, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT,
-                    sizeof info->preferred_vector_width_float, &info->preferred_vector_width_float,
-                    NULL);
-    info->has_fp16 = has_extension(dev, "cl_khr_fp16");
-    info->has_fp64 = has_extension(dev, "cl_khr_fp64");
+    QUERY(&p, CL_DEVICE_GLOBAL_MEM_SIZE, info->global_mem_size);
+    QUERY(&p, CL_DEVICE_MAX_MEM_ALLOC_SIZE, info->max_alloc_size);
+    QUERY(&p, CL_DEVICE_PREFERRED_VECTOR_WIDTH_FLOAT, info->preferred_vector_width_float);
+    char *extensions =
+        query_text(&p, CL_DEVICE_EXTENSIONS, "clGetDeviceInfo(CL_DEVICE_EXTENSIONS)");
+    info->has_fp16 = has_extension(extensions, "cl_khr_fp16");
+    info->has_fp64 = has_extension(extensions, "cl_khr_fp64");
+    free(extensions);
+    /* Every property above shapes the plan or the cache key: none is guessed. */
+    if (p.err != CL_SUCCESS)
+        return fcl_fail_cl(NULL, p.err, "probing the device: %s", p.failed);
     if (info->compute_units == 0)
         info->compute_units = 1;
     if (info->max_work_group_size == 0)

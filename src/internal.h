@@ -54,10 +54,11 @@ void fcl_record_failure(fcl_context *ctx, const char *fmt, ...) __attribute__((f
 #define fcl_fail(ctx, s, ...) (fcl_record_failure((ctx), __VA_ARGS__), (s))
 /* The status for an OpenCL error: never FCL_SUCCESS. */
 fcl_status fcl_status_of_cl(cl_int err);
-/* Maps an OpenCL error to a status and records "what failed: CL_ERROR_NAME". */
-#define fcl_fail_cl(ctx, err, what)                                                           \
-    (fcl_record_failure((ctx), "%s failed: %s (%d)", (what), fcl_cl_error_name(err), (int)(err)), \
-     fcl_status_of_cl(err))
+/* Records "<what, printf-style> failed: CL_ERROR_NAME (code)". */
+void fcl_record_cl_failure(fcl_context *ctx, cl_int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Records that failure and evaluates to the status for err. */
+#define fcl_fail_cl(ctx, err, ...) (fcl_record_cl_failure((ctx), (err), __VA_ARGS__), fcl_status_of_cl(err))
 const char *fcl_cl_error_name(cl_int err);
 /* Appends text to ctx's (or the thread's) last error, for build logs. */
 void fcl_append_error(fcl_context *ctx, const char *text);

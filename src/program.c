@@ -419,10 +419,16 @@ static fcl_status create_kernel(fcl_context *ctx, const char *name, cl_kernel *o
     *local = 0;
     *out = clCreateKernel(ctx->program, name, &err);
     if (err != CL_SUCCESS)
-        return fcl_fail_cl(ctx, err, name);
-    clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg, NULL);
-    clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local, local,
-                             NULL);
+        return fcl_fail_cl(ctx, err, "clCreateKernel(%s)", name);
+    /* The plan is checked against these: a guess could launch work-groups the kernel cannot
+     * run. (The caller releases *out with the rest on failure.) */
+    err = clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof *wg, wg,
+                                   NULL);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(*out, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local,
+                                       local, NULL);
+    if (err != CL_SUCCESS)
+        return fcl_fail_cl(ctx, err, "clGetKernelWorkGroupInfo(%s)", name);
     return FCL_SUCCESS;
 }
 

@@ -76,6 +76,17 @@ void fcl_record_failure(fcl_context *ctx, const char *fmt, ...)
     record_error(ctx, text, 0);
 }
 
+void fcl_record_cl_failure(fcl_context *ctx, cl_int err, const char *fmt, ...)
+{
+    char what[FCL_ERROR_TEXT_MAX / 2];
+    va_list ap;
+    va_start(ap, fmt);
+    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized) (as in fcl_record_failure)
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    fcl_record_failure(ctx, "%s failed: %s (%d)", what, fcl_cl_error_name(err), (int)err);
+}
+
 void fcl_append_error(fcl_context *ctx, const char *text) { record_error(ctx, text, 1); }
 
 #define FCL_CL_ERROR_LIST(X)                                                                \
