@@ -206,7 +206,9 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
     cl_device_local_mem_type local_type = CL_LOCAL;
     probe p = {dev, CL_SUCCESS, NULL};
     memset(info, 0, sizeof *info);
-    QUERY(&p, CL_DEVICE_PLATFORM, platform);
+    /* Not QUERY: sizeof on an opaque handle reads as a pointer-to-struct slip to clang-tidy. */
+    query(&p, CL_DEVICE_PLATFORM, "clGetDeviceInfo(CL_DEVICE_PLATFORM)", sizeof(cl_platform_id),
+          (void *)&platform, NULL);
     if (p.err == CL_SUCCESS &&
         (p.err = clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof info->platform_name,
                                    info->platform_name, NULL)) != CL_SUCCESS)
