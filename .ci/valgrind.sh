@@ -1,0 +1,45 @@
+#!/bin/sh
+# valgrind memcheck over the test programs on POCL, run by CTest.
+# POCL compiles kernels for the CPU it finds, and valgrind emulates an older one, so under
+# valgrind POCL would compile flashcl's program again inside valgrind (more than an hour).
+# tests/valgrind_cpu.c (preloaded) makes POCL see valgrind's CPU natively too:
+# 1. record the CPU features valgrind emulates;
+# 2. natively, compile the kernels for that CPU into this script's own caches (about 80 s);
+# 3. run the test programs under memcheck; the kernels come from those caches.
+# Left out: test_softmax and test_attention (their long rows and sequences take more than
+# 15 minutes each under valgrind; the guard test runs every plan on small shapes) and
+# test_faults (its two hundred context creations take 5 minutes there). ASan + UBSan run all
+# of them (sanitizers.sh). test_threads runs (47 s): valgrind runs one thread at a time, so it
+# checks the threaded paths' memory, not their races.
+# The only suppressions (.ci/valgrind.supp) are the dynamic loader's, reached through the
+# OpenCL ICD loader's dlopen of the driver, and POCL's; each is justified there.
+# usage: valgrind.sh SOURCE_DIR BUILD_DIR VALGRIND CPU_PRELOAD
+set -eu
+src=$(cd "$1" && pwd)
+build=$(cd "$2" && pwd)
+valgrind=$3
+preload=$4
+work=$build/valgrind
+rm -rf "$work"
+mkdir -p "$work/pocl-cache" "$work/program-cache"
+export POCL_CACHE_DIR="$work/pocl-cache" FLASHCL_CACHE_DIR="$work/program-cache"
+features=$work/cpu-features
+
+# 1. Any program that starts POCL ends in the preload once the features are written.
+LD_PRELOAD=$preload FCL_VALGRIND_CPU_RECORD=$features "$valgrind" --tool=none -q \
+  "$build/tests/test_arguments" > "$work/record.log" 2>&1 || { cat "$work/record.log"; exit 1; }
+echo "valgrind's CPU: $(cat "$features")"
+
+export LD_PRELOAD="$preload" FCL_VALGRIND_CPU_REPLAY="$features"
+# 2. The guard test builds the one program the others use.
+"$build/tests/test_guards" > "$work/native.log" 2>&1 || { cat "$work/native.log"; exit 1; }
+
+# 3.
+for t in plan arguments cache guards threads; do
+  start=$(date +%s)
+  "$valgrind" --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    --show-leak-kinds=definite,indirect --suppressions="$src/.ci/valgrind.supp" -q \
+    "$build/tests/test_$t" > "$work/$t.log" 2>&1 || { cat "$work/$t.log"; exit 1; }
+  grep -q "PASSED" "$work/$t.log" || { cat "$work/$t.log"; exit 1; }
+  echo "valgrind memcheck test_$t: clean ($(( $(date +%s) - start )) s)"
+done
