@@ -20,8 +20,9 @@ typedef struct device_entry {
 } device_entry;
 
 /* Every device of every platform, in platform order. Returns the count; *err gets the first
- * failure of the listing calls (a platform without devices is not one), for the message when
- * nothing is found. A device whose type or name cannot be read stays listed without them. */
+ * failure of the listing calls (a platform without devices is not one), which the caller
+ * reports when the device it wants is not in the list. A device whose type or name cannot be
+ * read stays listed without them (its "P:D" indices still select it). */
 static size_t list_devices(device_entry *list, size_t cap, cl_int *err)
 {
     cl_platform_id platforms[FCL_MAX_PLATFORMS];
@@ -52,8 +53,12 @@ static size_t list_devices(device_entry *list, size_t cap, cl_int *err)
             e->device_index = d;
             e->type = 0;
             e->name[0] = '\0';
-            clGetDeviceInfo(devices[d], CL_DEVICE_TYPE, sizeof e->type, &e->type, NULL);
-            clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof e->name, e->name, NULL);
+            cl_int typed =
+                clGetDeviceInfo(devices[d], CL_DEVICE_TYPE, sizeof e->type, &e->type, NULL);
+            cl_int named =
+                clGetDeviceInfo(devices[d], CL_DEVICE_NAME, sizeof e->name, e->name, NULL);
+            if (*err == CL_SUCCESS)
+                *err = typed != CL_SUCCESS ? typed : named;
             e->name[sizeof e->name - 1] = '\0';
         }
     }
@@ -122,8 +127,13 @@ fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_devi
         return fcl_fail(NULL, FCL_ERROR_NO_DEVICE,
                         "no OpenCL platform or device was found (is an ICD such as "
                         "pocl-opencl-icd installed?)");
+    /* A platform that failed to list its devices may hold the device asked for, or the GPU
+     * the default prefers: then the failure is the answer, not a lesser device. */
     if (spec && *spec) {
         e = match_spec(list, n, spec);
+        if (!e && err != CL_SUCCESS)
+            return fcl_fail_cl(NULL, err, "listing the OpenCL devices, so %s \"%s\" matched none",
+                               origin, spec);
         if (!e)
             return fcl_fail(NULL, FCL_ERROR_NO_DEVICE,
                             "%s \"%s\" matches no device: give \"P:D\" indices, \"gpu\", \"cpu\", "
@@ -131,6 +141,8 @@ fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_devi
                             origin, spec);
     } else {
         e = first_of_type(list, n, CL_DEVICE_TYPE_GPU);
+        if (!e && err != CL_SUCCESS)
+            return fcl_fail_cl(NULL, err, "listing the OpenCL devices, so no GPU was found");
         if (!e)
             e = first_of_type(list, n, CL_DEVICE_TYPE_ACCELERATOR);
         if (!e)
