@@ -132,7 +132,7 @@ fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_devi
     if (spec && *spec) {
         e = match_spec(list, n, spec);
         if (!e && err != CL_SUCCESS)
-            return fcl_fail_cl(NULL, err, "listing the OpenCL devices, so %s \"%s\" matched none",
+            return fcl_fail_cl(NULL, err, "listing the OpenCL devices (%s \"%s\" matched none listed)",
                                origin, spec);
         if (!e)
             return fcl_fail(NULL, FCL_ERROR_NO_DEVICE,
@@ -142,7 +142,7 @@ fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_devi
     } else {
         e = first_of_type(list, n, CL_DEVICE_TYPE_GPU);
         if (!e && err != CL_SUCCESS)
-            return fcl_fail_cl(NULL, err, "listing the OpenCL devices, so no GPU was found");
+            return fcl_fail_cl(NULL, err, "listing the OpenCL devices (no GPU among those listed)");
         if (!e)
             e = first_of_type(list, n, CL_DEVICE_TYPE_ACCELERATOR);
         if (!e)
