@@ -11,8 +11,9 @@
 # test_faults (its two hundred context creations take 5 minutes there). ASan + UBSan run all
 # of them (sanitizers.sh). test_threads runs (47 s): valgrind runs one thread at a time, so it
 # checks the threaded paths' memory, not their races.
-# The only suppressions (.ci/valgrind.supp) are the dynamic loader's, reached through the
-# OpenCL ICD loader's dlopen of the driver, and POCL's; each is justified there.
+# The only suppressions (.ci/valgrind.supp) are two of the dynamic loader's, in the OpenCL
+# ICD loader's dlopen of POCL and in POCL's dlopen of the kernels it compiled; each is
+# justified there.
 # usage: valgrind.sh SOURCE_DIR BUILD_DIR VALGRIND CPU_PRELOAD
 set -eu
 src=$(cd "$1" && pwd)
