@@ -11,7 +11,7 @@ seconds=$3
 out=$build/fuzz
 mkdir -p "$out/corpus"
 clang-15 -g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -DCL_TARGET_OPENCL_VERSION=120 -I"$src/include" -I"$src/src" "$src"/src/*.c \
+  -DCL_TARGET_OPENCL_VERSION=120 -I"$src/include" -I"$src/src" -I"$src/cl" "$src"/src/*.c \
   "$build/generated/flashcl_kernels.c" "$src/tests/fuzz_descriptors.c" -lOpenCL -lpthread -lm \
   -o "$out/fuzz_descriptors"
 cd "$out"

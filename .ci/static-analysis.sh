@@ -7,7 +7,7 @@ src=$1
 build=$2
 cd "$src"
 cppcheck --enable=warning,performance,portability --std=c11 --inline-suppr --quiet \
-  --error-exitcode=1 -I include -I src -I tools src tools
+  --error-exitcode=1 -I include -I src -I cl -I tools src tools
 echo "cppcheck: clean"
 clang-tidy -p "$build" --quiet src/*.c tools/*.c 2> "$build/clang-tidy.log" || {
   cat "$build/clang-tidy.log"

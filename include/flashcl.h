@@ -21,6 +21,7 @@
 #endif
 #include <CL/cl.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -33,7 +34,7 @@ extern "C" {
 #endif
 
 #define FLASHCL_VERSION_MAJOR 0
-#define FLASHCL_VERSION_MINOR 1
+#define FLASHCL_VERSION_MINOR 2
 #define FLASHCL_VERSION_PATCH 0
 
 /* The status list, one X(name, value, description) per status: the enum and
@@ -111,15 +112,17 @@ typedef struct fcl_device_info {
     /* 1: attention runs a block of 16 queries per work-item, without barriers (the same
      * devices), instead of the tiles below. */
     int attention_rows_per_item;
-    /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256);
-     * block_q 0 when the device cannot hold even the smallest tile. */
+    /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256, 576);
+     * block_q 0 where the device cannot hold even the smallest tile: that bucket then runs
+     * a block of queries per work-item (FCL_ATTENTION_PATH_ROWS), which needs no local
+     * memory. */
     struct fcl_attention_tile {
         size_t max_head_dim, block_q, block_kv;
         cl_ulong local_mem_size; /* what the compiled kernel uses */
         /* len_q up to 4 (decoding): one query per work-group, decode_block_kv keys per
          * step; 0 where that kernel is not built (CPUs: the query blocks above serve). */
         size_t decode_block_kv;
-    } attention_tiles[3];
+    } attention_tiles[4];
     char tuning[96];                 /* where the parameters came from (device table entry,
                                         FLASHCL_TUNE) */
     int program_from_cache;          /* 1 when the kernels came from the on-disk cache */
@@ -197,7 +200,8 @@ typedef enum fcl_causal {
 typedef enum fcl_mask_type {
     FCL_MASK_NONE = 0,
     FCL_MASK_ADD_F32 = 1, /* float32, added to the scaled scores (-inf hides a key) */
-    FCL_MASK_BOOL_U8 = 2  /* uint8, nonzero = may attend */
+    FCL_MASK_BOOL_U8 = 2, /* uint8, nonzero = may attend */
+    FCL_MASK_ADD_F16 = 3  /* float16 (IEEE binary16), added like FCL_MASK_ADD_F32 (ggml's masks) */
 } fcl_mask_type;
 
 typedef enum fcl_layout {
@@ -205,12 +209,26 @@ typedef enum fcl_layout {
     FCL_LAYOUT_BLHD = 1  /* [batch][token][head][dim], contiguous */
 } fcl_layout;
 
+/* Where a tensor's elements are: element (b, h, t, d) at
+ *   offset + b * batch_stride + h * head_stride + t * token_stride + d   (elements; d contiguous).
+ * All three strides 0: contiguous in the descriptor's layout (for packed varlen tensors,
+ * [total][heads][dim]), keeping offset. q, k and v may so be slices of one QKV buffer, K and V
+ * share one cache buffer, V be the first head_dim_v dims of K's rows (MLA), and out be written
+ * into a wider tensor. For a paged K/V cache, batch_stride steps from page to page and t is
+ * the slot in the page; for packed (cu_seqlens) tensors batch_stride is ignored. */
+typedef struct fcl_tensor_view {
+    size_t offset;
+    size_t batch_stride, head_stride, token_stride;
+} fcl_tensor_view;
+
+#define FCL_WINDOW_UNBOUNDED SIZE_MAX
+
 typedef struct fcl_attention_desc {
     size_t batch, heads_q;
     size_t heads_kv; /* 0 = heads_q; must divide heads_q (GQA, MQA) */
-    size_t len_q, len_kv;
-    size_t head_dim;   /* 1..256 */
-    size_t head_dim_v; /* 0 = head_dim; 1..256 */
+    size_t len_q, len_kv; /* per-sequence capacities (see seqlens_kv and cu_seqlens) */
+    size_t head_dim;   /* 1..576 */
+    size_t head_dim_v; /* 0 = head_dim; 1..512 */
     float scale;       /* 0 = 1/sqrt(head_dim) */
     fcl_causal causal;
     fcl_mask_type mask_type;
@@ -218,11 +236,30 @@ typedef struct fcl_attention_desc {
      * i*mask_stride_q + j (elements; the key axis is contiguous). 0 = broadcast over that
      * axis; a nonzero mask_stride_q must be >= len_kv. */
     size_t mask_stride_batch, mask_stride_head, mask_stride_q;
-    fcl_layout layout;                  /* of q, k, v and out */
+    fcl_layout layout;                  /* default strides of q, k, v and out */
     fcl_dtype dtype_q, dtype_kv, dtype_o; /* storage types; arithmetic is float32 */
     /* Key splits (split-KV, flash-decoding): 0 = AUTO (split when the query tiles alone
      * cannot fill the device), 1 = never, N = N splits (at most one per key tile, <= 256). */
     size_t kv_splits;
+
+    /* ---- v0.2: an inference engine's own buffers (all zero: as above) ---- */
+    fcl_tensor_view q_view, k_view, v_view, o_view;
+    /* Paged K/V: page_size > 0 keys per page; key j of sequence b is in page
+     * block_table[b * block_table_stride + j / page_size], slot j % page_size; the k and v
+     * buffers hold num_pages pages; block_table_stride >= ceil(len_kv / page_size). */
+    size_t page_size, num_pages, block_table_stride;
+    float softcap; /* 0 = none; else s = softcap * tanh(scale * q.k / softcap) */
+    /* ALiBi (with io.alibi_slopes): slope(b, h) = alibi_slopes[b * alibi_slopes_batch_stride
+     * + h]; s -= slope * |p(i) - j|, or with alibi_from_mask s += slope * mask (ggml's
+     * max_bias convention; a -inf mask entry still hides its key). */
+    size_t alibi_slopes_batch_stride;
+    int alibi_from_mask;
+    /* Sliding window (window nonzero): key j visible only if
+     * p(i) - window_left <= j <= p(i) + window_right, p(i) = i + L_kv(b) - L_q(b)
+     * (bottom-right aligned, FlashAttention-2's window_size; FCL_WINDOW_UNBOUNDED: no limit
+     * on that side; Mistral's window W is window_left = W - 1 with causal). */
+    int window;
+    size_t window_left, window_right;
 } fcl_attention_desc;
 
 /* out[b,h,i,:] = sum_j softmax_j(scale * q_i . k_j + mask + causal) v_j, with kv head
@@ -233,19 +270,82 @@ typedef struct fcl_attention_desc {
 FCL_API fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
                                  cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
                                  const cl_event *wait, cl_event *done);
-/* Blocking, on host memory. */
+/* Blocking, on host memory. fcl_attention and fcl_attention_host are fcl_attention_run and
+ * fcl_attention_run_host without the v0.2 buffers. */
 FCL_API fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, const void *q,
                                       const void *k, const void *v, const void *mask, void *out,
                                       float *lse);
 
-/* How fcl_attention would run d: the tile shape and the number of key splits. */
+/* The v0.2 buffers. Device buffers (fcl_attention_run); NULL where absent. Index buffers are
+ * int32: seqlens_kv [batch] (L_kv(b) <= len_kv; NULL: len_kv), cu_seqlens_q and
+ * cu_seqlens_kv [batch + 1] (packed varlen sequences: cu[0] = 0, non-decreasing,
+ * L(b) = cu[b+1] - cu[b] <= len_q or len_kv; row cu[b] + i of the packed tensor is token i
+ * of sequence b; lse is then [heads_q][total]), block_table [batch][block_table_stride]
+ * (paged K/V: takes seqlens_kv, not cu_seqlens_kv). alibi_slopes float32 [heads_q] (or
+ * [batch][alibi_slopes_batch_stride]), sinks float32 [heads_q]: one extra logit per head in
+ * the softmax denominator (out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m));
+ * lse includes it; a row with no visible key gives 0 and lse = sink). */
+typedef struct fcl_attention_io {
+    cl_mem q, k, v, mask, out, lse;
+    cl_mem seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table;
+    cl_mem alibi_slopes, sinks;
+} fcl_attention_io;
+
+/* The same in host memory (fcl_attention_run_host, blocking): each buffer's extent is what its
+ * view, the lengths and the pages reach; out's elements outside its view are left as they
+ * were. */
+typedef struct fcl_attention_host_io {
+    const void *q, *k, *v, *mask;
+    void *out;
+    float *lse;
+    const int32_t *seqlens_kv, *cu_seqlens_q, *cu_seqlens_kv, *block_table;
+    const float *alibi_slopes, *sinks;
+} fcl_attention_host_io;
+
+/* Attention with every v0.2 feature. The host call validates every index (lengths within
+ * the capacities, cu_seqlens from 0 and non-decreasing, pages within num_pages for the keys
+ * the lengths reach) and names the first bad one. The device call cannot read its index
+ * buffers first: its kernels clamp them, so a bad index never reads or writes outside a
+ * buffer (that sequence's results are then unspecified; the others are unaffected). */
+FCL_API fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
+                                     const fcl_attention_io *io, cl_uint n_wait,
+                                     const cl_event *wait, cl_event *done);
+FCL_API fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *d,
+                                          const fcl_attention_host_io *io);
+
+/* The standard ALiBi slopes for heads heads with ggml's max_bias (8 in BLOOM and MPT):
+ * n = 2^floor(log2(heads)), m0 = 2^(-max_bias / n), m1 = 2^(-max_bias / 2 / n),
+ * slope(h) = m0^(h+1) for h < n, else m1^(2(h-n)+1). */
+FCL_API fcl_status fcl_alibi_slopes(size_t heads, float max_bias, float *slopes);
+
+/* Merges partial attention results over disjoint sets of keys (other devices, a shared
+ * prefix, split-KV): parts are float32 outs[p] [rows][head_dim_v] with lses[p] [rows];
+ * out = sum_p e^(lse_p - lse) out_p, lse = logsumexp_p lse_p. Parts with lse -inf add
+ * nothing; all -inf gives 0 and -inf. out (and lse) may be one of the parts (the same index
+ * for both); lse may be NULL. */
+FCL_API fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows,
+                                       size_t head_dim_v, const cl_mem *outs, const cl_mem *lses,
+                                       cl_mem out, cl_mem lse, cl_uint n_wait,
+                                       const cl_event *wait, cl_event *done);
+
+/* Which kernel family runs a descriptor. */
+typedef enum fcl_attention_path {
+    FCL_ATTENTION_PATH_TILE = 0,   /* query tiles in local memory (GPUs) */
+    FCL_ATTENTION_PATH_DECODE = 1, /* one query per work-group (len_q <= 4 on GPUs) */
+    FCL_ATTENTION_PATH_ROWS = 2    /* a block of queries per work-item (CPUs, and any device
+                                      whose local memory holds no tile for the head dims) */
+} fcl_attention_path;
+
+/* How fcl_attention would run d: the kernel, its tile shape and the number of key splits. */
 typedef struct fcl_attention_plan_info {
     size_t block_q, block_kv; /* queries and keys per tile */
     size_t kv_splits;         /* 1: no split-KV */
     size_t work_group_size;
+    fcl_attention_path path;
 } fcl_attention_plan_info;
 FCL_API fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
                                       fcl_attention_plan_info *info);
+FCL_API const char *fcl_attention_path_name(fcl_attention_path p);
 
 #ifdef __cplusplus
 }

@@ -1,266 +1,159 @@
-/* Attention: descriptor validation, planning, and the enqueueing of attention.cl. */
+/* Attention: the public calls, checking the caller's buffers, and launching the kernels of
+ * a resolved descriptor (attention_desc.c resolves it; plan.c chooses the kernel). */
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
-#define FA_FLAG_MASK_ADD 1u
-#define FA_FLAG_MASK_BOOL 2u
-#define FA_FLAG_CAUSAL 4u
-#define FA_FLAG_LSE 8u
-#define FA_FLAG_PARTIAL 16u
-
-/* A validated descriptor with defaults filled in, and the bytes each buffer needs. */
-typedef struct attention_shape {
-    fcl_attention_desc d;
-    size_t q_bytes, k_bytes, v_bytes, out_bytes, lse_bytes, mask_bytes;
-} attention_shape;
-
-/* a * b * c * d, or 0 when that overflows size_t. */
-static size_t product(size_t a, size_t b, size_t c, size_t d)
+static fcl_attention_given given_on_device(const fcl_attention_io *io)
 {
-    size_t factors[4] = {a, b, c, d}, p = 1;
-    for (int i = 0; i < 4; i++) {
-        if (factors[i] && p > SIZE_MAX / factors[i])
-            return 0;
-        p *= factors[i];
-    }
-    return p;
+    fcl_attention_given g = {io->mask != NULL,         io->lse != NULL,
+                             io->seqlens_kv != NULL,   io->cu_seqlens_q != NULL,
+                             io->cu_seqlens_kv != NULL, io->block_table != NULL,
+                             io->alibi_slopes != NULL, io->sinks != NULL};
+    return g;
 }
 
-/* Elements from the first to one past the last mask element addressed, 0 on overflow. */
-static size_t mask_extent(const fcl_attention_desc *d)
+static fcl_attention_given given_on_host(const fcl_attention_host_io *io)
 {
-    size_t last[3] = {d->batch - 1, d->heads_q - 1, d->len_q - 1};
-    size_t stride[3] = {d->mask_stride_batch, d->mask_stride_head, d->mask_stride_q};
-    size_t extent = d->len_kv;
-    for (int i = 0; i < 3; i++) {
-        if (stride[i] && last[i] > (SIZE_MAX - extent) / stride[i])
-            return 0;
-        extent += last[i] * stride[i];
-    }
-    return extent;
+    fcl_attention_given g = {io->mask != NULL,         io->lse != NULL,
+                             io->seqlens_kv != NULL,   io->cu_seqlens_q != NULL,
+                             io->cu_seqlens_kv != NULL, io->block_table != NULL,
+                             io->alibi_slopes != NULL, io->sinks != NULL};
+    return g;
 }
 
-static fcl_status invalid(fcl_context *ctx, const char *fmt, size_t value)
+static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l)
 {
-    return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, fmt, value);
-}
-
-static fcl_status check_shape(fcl_context *ctx, fcl_attention_desc *d)
-{
-    if (d->batch == 0 || d->heads_q == 0 || d->len_q == 0 || d->len_kv == 0)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "batch (%zu), heads_q (%zu), len_q (%zu) and len_kv (%zu) must all be at "
-                        "least 1",
-                        d->batch, d->heads_q, d->len_q, d->len_kv);
-    if (d->heads_kv == 0)
-        d->heads_kv = d->heads_q;
-    if (d->heads_q % d->heads_kv != 0)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "heads_kv (%zu) must divide heads_q (%zu) (GQA/MQA group a whole number "
-                        "of query heads per kv head)",
-                        d->heads_kv, d->heads_q);
-    if (d->head_dim_v == 0)
-        d->head_dim_v = d->head_dim;
-    if (d->head_dim == 0 || d->head_dim > 256)
-        return invalid(ctx, "head_dim (%zu) must be between 1 and 256", d->head_dim);
-    if (d->head_dim_v > 256)
-        return invalid(ctx, "head_dim_v (%zu) must be between 1 and 256", d->head_dim_v);
-    if (d->kv_splits > FCL_ATTENTION_MAX_SPLITS)
-        return invalid(ctx, "kv_splits (%zu) must be at most 256", d->kv_splits);
-    return FCL_SUCCESS;
-}
-
-static fcl_status check_options(fcl_context *ctx, fcl_attention_desc *d)
-{
-    if (!isfinite(d->scale))
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "scale (%g) must be finite",
-                        (double)d->scale);
-    if (d->scale == 0.0f)
-        d->scale = (float)(1.0 / sqrt((double)d->head_dim));
-    if ((unsigned)d->causal > FCL_CAUSAL_BOTTOM_RIGHT)
-        return invalid(ctx, "causal (%zu) is not an fcl_causal", (size_t)d->causal);
-    if ((unsigned)d->mask_type > FCL_MASK_BOOL_U8)
-        return invalid(ctx, "mask_type (%zu) is not an fcl_mask_type", (size_t)d->mask_type);
-    if ((unsigned)d->layout > FCL_LAYOUT_BLHD)
-        return invalid(ctx, "layout (%zu) is not an fcl_layout", (size_t)d->layout);
-    const fcl_dtype types[3] = {d->dtype_q, d->dtype_kv, d->dtype_o};
-    const char *names[3] = {"dtype_q", "dtype_kv", "dtype_o"};
-    for (int i = 0; i < 3; i++)
-        if ((unsigned)types[i] > FCL_DTYPE_BF16)
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                            "%s (%d) is not FCL_DTYPE_F32, FCL_DTYPE_F16 or FCL_DTYPE_BF16",
-                            names[i], (int)types[i]);
-    if (d->mask_type != FCL_MASK_NONE && d->mask_stride_q && d->mask_stride_q < d->len_kv)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "mask_stride_q (%zu) is smaller than len_kv (%zu): mask rows would overlap",
-                        d->mask_stride_q, d->len_kv);
-    return FCL_SUCCESS;
-}
-
-static fcl_status check_desc(fcl_context *ctx, const fcl_attention_desc *desc, attention_shape *sh)
-{
-    if (!desc)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "the attention descriptor is NULL");
-    fcl_attention_desc d = *desc;
-    fcl_status s = check_shape(ctx, &d);
-    if (s == FCL_SUCCESS)
-        s = check_options(ctx, &d);
-    if (s != FCL_SUCCESS)
-        return s;
-    size_t qn = product(d.batch, d.heads_q, d.len_q, d.head_dim);
-    size_t kn = product(d.batch, d.heads_kv, d.len_kv, d.head_dim);
-    size_t vn = product(d.batch, d.heads_kv, d.len_kv, d.head_dim_v);
-    size_t on = product(d.batch, d.heads_q, d.len_q, d.head_dim_v);
-    size_t ln = product(d.batch, d.heads_q, d.len_q, 1);
-    size_t mn = d.mask_type == FCL_MASK_NONE ? 1 : mask_extent(&d);
-    sh->d = d;
-    sh->q_bytes = product(qn, fcl_dtype_size(d.dtype_q), 1, 1);
-    sh->k_bytes = product(kn, fcl_dtype_size(d.dtype_kv), 1, 1);
-    sh->v_bytes = product(vn, fcl_dtype_size(d.dtype_kv), 1, 1);
-    sh->out_bytes = product(on, fcl_dtype_size(d.dtype_o), 1, 1);
-    sh->lse_bytes = product(ln, sizeof(float), 1, 1);
-    sh->mask_bytes = product(mn, d.mask_type == FCL_MASK_BOOL_U8 ? 1 : sizeof(float), 1, 1);
-    if (!sh->q_bytes || !sh->k_bytes || !sh->v_bytes || !sh->out_bytes || !sh->lse_bytes ||
-        !sh->mask_bytes)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "batch (%zu) x heads (%zu) x lengths (%zu, %zu) x head dims (%zu, %zu) "
-                        "or the mask strides overflow the address space",
-                        d.batch, d.heads_q, d.len_q, d.len_kv, d.head_dim, d.head_dim_v);
-    return FCL_SUCCESS;
-}
-
-static fcl_status plan(fcl_context *ctx, const attention_shape *sh, fcl_attention_launch *launch)
-{
-    if (fcl_plan_attention(&ctx->info, &sh->d, launch) != FCL_SUCCESS)
+    if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
-                        "no attention tile for head dims (%zu, %zu) fits the %llu bytes of local "
-                        "memory of this device",
-                        sh->d.head_dim, sh->d.head_dim_v,
-                        (unsigned long long)ctx->info.local_mem_size);
+                        "no attention kernel for head dims (%zu, %zu) was built for this device",
+                        pr->d.head_dim, pr->d.head_dim_v);
     return FCL_SUCCESS;
+}
+
+const char *fcl_attention_path_name(fcl_attention_path p)
+{
+    switch (p) {
+    case FCL_ATTENTION_PATH_TILE: return "tile";
+    case FCL_ATTENTION_PATH_DECODE: return "decode";
+    case FCL_ATTENTION_PATH_ROWS: return "rows";
+    }
+    return "unknown";
 }
 
 fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
                               fcl_attention_plan_info *info)
 {
-    attention_shape sh;
-    fcl_attention_launch launch;
+    fcl_attention_problem pr;
+    fcl_attention_launch l;
     if (!ctx)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
     if (!info)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "info (the result) is NULL");
-    fcl_status s = check_desc(ctx, d, &sh);
+    if (!d)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "the attention descriptor is NULL");
+    /* The buffers the descriptor's features need, as a call would give them. */
+    fcl_attention_given g = {.mask = d->mask_type != FCL_MASK_NONE,
+                             .block_table = d->page_size > 0,
+                             .alibi_slopes = d->alibi_from_mask != 0};
+    fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &sh, &launch);
+        s = plan(ctx, &pr, &l);
     if (s == FCL_SUCCESS) {
-        info->block_q = launch.block_q;
-        info->block_kv = launch.block_kv;
-        info->kv_splits = launch.splits;
-        info->work_group_size = launch.work_group_size;
+        info->block_q = l.block_q;
+        info->block_kv = l.block_kv;
+        info->kv_splits = l.splits;
+        info->work_group_size = l.work_group_size;
+        info->path = l.path;
     }
     return s;
 }
 
 /* ---- device buffers ---- */
 
-static fcl_status check_buffers(fcl_context *ctx, const attention_shape *sh, cl_mem q, cl_mem k,
-                                cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
-                                const cl_event *wait)
+static size_t mask_element_bytes(fcl_mask_type t)
 {
-    if (n_wait && !wait)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
-                        (unsigned)n_wait);
-    if (sh->d.mask_type == FCL_MASK_NONE && mask)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "a mask was given but mask_type is FCL_MASK_NONE");
-    fcl_status s = fcl_check_buffer(ctx, "q", q, sh->q_bytes);
-    if (s == FCL_SUCCESS)
-        s = fcl_check_buffer(ctx, "k", k, sh->k_bytes);
-    if (s == FCL_SUCCESS)
-        s = fcl_check_buffer(ctx, "v", v, sh->v_bytes);
-    if (s == FCL_SUCCESS)
-        s = fcl_check_buffer(ctx, "out", out, sh->out_bytes);
-    if (s == FCL_SUCCESS && (out == q || out == k || out == v))
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "out must not be q, k or v");
-    if (s == FCL_SUCCESS && sh->d.mask_type != FCL_MASK_NONE)
-        s = fcl_check_buffer(ctx, "mask (mask_type is set)", mask, sh->mask_bytes);
-    if (s == FCL_SUCCESS && lse)
-        s = fcl_check_buffer(ctx, "lse", lse, sh->lse_bytes);
-    return s;
+    return t == FCL_MASK_BOOL_U8 ? 1 : t == FCL_MASK_ADD_F16 ? 2 : 4;
 }
 
-/* Element strides (batch, head, token) of a [batch][heads][len][dim] tensor in layout. */
-static cl_ulong4 strides(fcl_layout layout, size_t heads, size_t len, size_t dim)
+/* Checks every buffer of io against what pr reaches, sets the kernels' buffer limits in
+ * pr->params, and fills b. */
+static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
+                                  const fcl_attention_io *io, fcl_attention_buffers *b)
 {
-    cl_ulong4 s = {{0}};
-    s.s[0] = (cl_ulong)heads * len * dim;
-    s.s[1] = layout == FCL_LAYOUT_BHLD ? (cl_ulong)len * dim : dim;
-    s.s[2] = layout == FCL_LAYOUT_BHLD ? dim : (cl_ulong)heads * dim;
-    return s;
+    const fcl_attention_desc *d = &pr->d;
+    fcl_attention_params *p = &pr->params;
+    fcl_attention_extents e;
+    /* Packed totals are on the device: each buffer must hold at least one row. */
+    fcl_status s = fcl_attention_extents_of(ctx, pr, 1, 1, &e);
+    if (s != FCL_SUCCESS)
+        return s;
+    const struct {
+        const char *name;
+        cl_mem buf;
+        int required;
+        size_t elems, elem_bytes;
+        cl_ulong *limit;
+    } need[] = {
+        {"q", io->q, 1, e.q, fcl_dtype_size(d->dtype_q), &p->q_limit},
+        {"k", io->k, 1, e.k, fcl_dtype_size(d->dtype_kv), &p->k_limit},
+        {"v", io->v, 1, e.v, fcl_dtype_size(d->dtype_kv), &p->v_limit},
+        {"out", io->out, 1, e.out, fcl_dtype_size(d->dtype_o), &p->o_limit},
+        {"mask (mask_type is set)", io->mask, 0, e.mask, mask_element_bytes(d->mask_type), NULL},
+        {"lse", io->lse, 0, e.lse, sizeof(float), &p->lse_limit},
+        {"seqlens_kv", io->seqlens_kv, 0, e.seqlens_kv, sizeof(cl_int), NULL},
+        {"cu_seqlens_q", io->cu_seqlens_q, 0, e.cu_seqlens, sizeof(cl_int), NULL},
+        {"cu_seqlens_kv", io->cu_seqlens_kv, 0, e.cu_seqlens, sizeof(cl_int), NULL},
+        {"block_table", io->block_table, 0, e.block_table, sizeof(cl_int), NULL},
+        {"alibi_slopes", io->alibi_slopes, 0, e.alibi_slopes, sizeof(float), NULL},
+        {"sinks", io->sinks, 0, e.sinks, sizeof(float), NULL},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++) {
+        size_t bytes = 0;
+        if (!need[i].required && !need[i].buf)
+            continue;
+        s = fcl_check_buffer_size(ctx, need[i].name, need[i].buf, need[i].elems * need[i].elem_bytes,
+                                  &bytes);
+        if (need[i].limit)
+            *need[i].limit = bytes / need[i].elem_bytes;
+    }
+    if (s != FCL_SUCCESS)
+        return s;
+    const cl_mem inputs[3] = {io->q, io->k, io->v};
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++)
+        if (io->out == inputs[i] && fcl_attention_out_overlaps(pr, &e, i))
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                            "out is the buffer of %s and its view overlaps %s's", names[i],
+                            names[i]);
+    fcl_attention_buffers all = {io->q,           io->k,          io->v,
+                                 io->mask,        io->out,        io->lse,
+                                 NULL,            NULL,           io->seqlens_kv,
+                                 io->cu_seqlens_q, io->cu_seqlens_kv, io->block_table,
+                                 io->alibi_slopes, io->sinks};
+    *b = all;
+    return FCL_SUCCESS;
 }
 
-typedef struct attention_buffers {
-    cl_mem q, k, v, mask, out, lse, partial_o, partial_ml;
-} attention_buffers;
-
-static cl_int set_attention_args(cl_kernel kern, const fcl_attention_desc *d,
-                                 const fcl_attention_launch *l, const attention_buffers *b)
+/* Sets every argument of an attention kernel from the one list; the first failure is
+ * reported. */
+static cl_int set_attention_args(cl_kernel kern, const fcl_attention_buffers *b,
+                                 const fcl_attention_params *p)
 {
-    cl_uint dq = d->dtype_q, dkv = d->dtype_kv, dout = d->dtype_o;
-    cl_uint flags = (d->mask_type == FCL_MASK_ADD_F32 ? FA_FLAG_MASK_ADD : 0) |
-                    (d->mask_type == FCL_MASK_BOOL_U8 ? FA_FLAG_MASK_BOOL : 0) |
-                    (d->causal != FCL_CAUSAL_NONE ? FA_FLAG_CAUSAL : 0) |
-                    (b->lse ? FA_FLAG_LSE : 0) | (l->splits > 1 ? FA_FLAG_PARTIAL : 0);
-    cl_ulong heads_q = d->heads_q, group = d->heads_q / d->heads_kv, len_q = d->len_q;
-    cl_ulong len_kv = d->len_kv, head_dim = d->head_dim, head_dim_v = d->head_dim_v;
-    cl_ulong4 qs = strides(d->layout, d->heads_q, d->len_q, d->head_dim);
-    cl_ulong4 ks = strides(d->layout, d->heads_kv, d->len_kv, d->head_dim);
-    cl_ulong4 vs = strides(d->layout, d->heads_kv, d->len_kv, d->head_dim_v);
-    cl_ulong4 os = strides(d->layout, d->heads_q, d->len_q, d->head_dim_v);
-    cl_ulong4 ms = {{d->mask_stride_batch, d->mask_stride_head, d->mask_stride_q, 0}};
-    cl_long offset = d->causal == FCL_CAUSAL_BOTTOM_RIGHT ? (cl_long)d->len_kv - (cl_long)d->len_q : 0;
-    cl_ulong q_tiles = l->q_tiles, heads_total = (cl_ulong)d->batch * d->heads_q;
-    cl_ulong splits = l->splits, split_len = l->split_len;
-    const void *args[] = {&b->q,       &b->k,       &b->v,      &b->mask,   &b->out,
-                          &b->lse,     &b->partial_o, &b->partial_ml, &dq,   &dkv,
-                          &dout,       &flags,      &heads_q,   &group,     &len_q,
-                          &len_kv,     &head_dim,   &head_dim_v, &qs,       &ks,
-                          &vs,         &os,         &ms,        &d->scale,  &offset,
-                          &q_tiles,    &heads_total, &splits,   &split_len};
-    const size_t sizes[] = {sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem),
-                            sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem),
-                            sizeof dq, sizeof dkv, sizeof dout, sizeof flags, sizeof heads_q,
-                            sizeof group, sizeof len_q, sizeof len_kv, sizeof head_dim,
-                            sizeof head_dim_v, sizeof qs, sizeof ks, sizeof vs, sizeof os,
-                            sizeof ms, sizeof d->scale, sizeof offset, sizeof q_tiles,
-                            sizeof heads_total, sizeof splits, sizeof split_len};
+    cl_uint i = 0;
     cl_int err = CL_SUCCESS;
-    for (cl_uint i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
-        err |= clSetKernelArg(kern, i, sizes[i], args[i]);
-    return err;
-}
-
-static cl_int set_merge_args(cl_kernel kern, const fcl_attention_desc *d,
-                             const fcl_attention_launch *l, const attention_buffers *b)
-{
-    cl_uint dout = d->dtype_o, flags = b->lse ? FA_FLAG_LSE : 0;
-    cl_ulong heads_q = d->heads_q, len_q = d->len_q, head_dim_v = d->head_dim_v;
-    cl_ulong4 os = strides(d->layout, d->heads_q, d->len_q, d->head_dim_v);
-    cl_ulong rows = (cl_ulong)d->batch * d->heads_q * d->len_q, splits = l->splits;
-    cl_int err = clSetKernelArg(kern, 0, sizeof(cl_mem), &b->partial_o);
-    err |= clSetKernelArg(kern, 1, sizeof(cl_mem), &b->partial_ml);
-    err |= clSetKernelArg(kern, 2, sizeof(cl_mem), &b->out);
-    err |= clSetKernelArg(kern, 3, sizeof(cl_mem), &b->lse);
-    err |= clSetKernelArg(kern, 4, sizeof dout, &dout);
-    err |= clSetKernelArg(kern, 5, sizeof flags, &flags);
-    err |= clSetKernelArg(kern, 6, sizeof heads_q, &heads_q);
-    err |= clSetKernelArg(kern, 7, sizeof len_q, &len_q);
-    err |= clSetKernelArg(kern, 8, sizeof head_dim_v, &head_dim_v);
-    err |= clSetKernelArg(kern, 9, sizeof os, &os);
-    err |= clSetKernelArg(kern, 10, sizeof rows, &rows);
-    err |= clSetKernelArg(kern, 11, sizeof splits, &splits);
+#define FCL_SET_BUFFER(kind, name)                                                             \
+    if (err == CL_SUCCESS)                                                                     \
+        err = clSetKernelArg(kern, i++, sizeof(cl_mem), &b->name);
+#define FCL_SET_PARAM(type, name)                                                              \
+    if (err == CL_SUCCESS)                                                                     \
+        err = clSetKernelArg(kern, i++, sizeof p->name, &p->name);
+    FA_BUFFERS(FCL_SET_BUFFER)
+    FA_PARAMS(FCL_SET_PARAM, FCL_SET_PARAM)
+#undef FCL_SET_BUFFER
+#undef FCL_SET_PARAM
     return err;
 }
 
@@ -271,18 +164,27 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
+/* Work-groups for the merge kernels: one row each, at most 32 per compute unit. */
+static size_t merge_groups(const fcl_context *ctx, size_t rows)
+{
+    size_t most = (size_t)ctx->info.compute_units * 32;
+    return rows < most ? rows : most;
+}
+
 /* Enqueues the attention kernel, and with split-KV the merge; the caller holds ctx->lock. */
-static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
-                          const fcl_attention_launch *l, attention_buffers *b, cl_uint n_wait,
+static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
+                          const fcl_attention_launch *l, fcl_attention_buffers *b, cl_uint n_wait,
                           const cl_event *wait, cl_event *done)
 {
-    const fcl_attention_desc *d = &sh->d;
-    cl_kernel kern = (l->per_item ? ctx->attention_rows
-                      : l->decode ? ctx->attention_decode
-                                  : ctx->attention)[l->bucket];
+    const fcl_attention_desc *d = &pr->d;
+    fcl_attention_params p = pr->params;
+    cl_kernel kern = ctx->attention[l->bucket][l->path];
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
-    size_t rows = d->batch * d->heads_q * d->len_q;
+    const size_t rows = d->batch * d->heads_q * d->len_q;
+    p.q_tiles = l->q_tiles;
+    p.splits = l->splits;
+    p.split_len = l->split_len;
     if (l->splits > 1) {
         /* Released right after enqueueing: OpenCL keeps them until the kernels finish. */
         b->partial_o = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE,
@@ -296,20 +198,19 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
                 clReleaseMemObject(b->partial_o);
             return s;
         }
+        p.flags |= FA_FLAG_PARTIAL;
     }
-    err = set_attention_args(kern, d, l, b);
-    if (err == CL_SUCCESS && l->splits == 1)
-        err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait, done);
+    err = set_attention_args(kern, b, &p);
+    if (err == CL_SUCCESS)
+        err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait,
+                     l->splits > 1 ? &first : done);
     if (err == CL_SUCCESS && l->splits > 1) {
-        err = set_merge_args(ctx->attention_merge, d, l, b);
-        if (err == CL_SUCCESS)
-            err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait, &first);
+        p.flags &= ~(cl_uint)FA_FLAG_PARTIAL; /* the merge writes the rows themselves */
+        err = set_attention_args(ctx->attention_merge_splits, b, &p);
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
-            err = launch(ctx, ctx->attention_merge,
-                         rows < (size_t)ctx->info.compute_units * 32 ? rows
-                                                                     : (size_t)ctx->info.compute_units * 32,
-                         FCL_ATTENTION_WORK_GROUP, 1, &first, done);
+            err = launch(ctx, ctx->attention_merge_splits, merge_groups(ctx, rows), FA_MERGE_LWS,
+                         1, &first, done);
     }
     if (first)
         clReleaseEvent(first);
@@ -320,82 +221,306 @@ static fcl_status enqueue(fcl_context *ctx, const attention_shape *sh,
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
 }
 
-fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
-                         cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
-                         const cl_event *wait, cl_event *done)
+fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
+                             const fcl_attention_io *io, cl_uint n_wait, const cl_event *wait,
+                             cl_event *done)
 {
-    attention_shape sh;
+    fcl_attention_problem pr;
     fcl_attention_launch l;
+    fcl_attention_buffers b;
     if (!ctx)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    fcl_status s = check_desc(ctx, d, &sh);
+    if (!io)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
+    if (n_wait && !wait)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
+                        (unsigned)n_wait);
+    fcl_attention_given g = given_on_device(io);
+    fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
-        s = check_buffers(ctx, &sh, q, k, v, mask, out, lse, n_wait, wait);
+        s = check_device_io(ctx, &pr, io, &b);
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &sh, &l);
+        s = plan(ctx, &pr, &l);
     if (s != FCL_SUCCESS)
         return s;
-    attention_buffers b = {q, k, v, mask, out, lse, NULL, NULL};
     pthread_mutex_lock(&ctx->lock);
-    s = enqueue(ctx, &sh, &l, &b, n_wait, wait, done);
+    s = enqueue(ctx, &pr, &l, &b, n_wait, wait, done);
     pthread_mutex_unlock(&ctx->lock);
     return s;
 }
 
+fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
+                         cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
+                         const cl_event *wait, cl_event *done)
+{
+    const fcl_attention_io io = {.q = q, .k = k, .v = v, .mask = mask, .out = out, .lse = lse};
+    return fcl_attention_run(ctx, d, &io, n_wait, wait, done);
+}
+
 /* ---- host memory ---- */
 
-fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, const void *q,
-                              const void *k, const void *v, const void *mask, void *out,
-                              float *lse)
+/* Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte. */
+static int host_ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
 {
-    attention_shape sh;
+    const char *pa = a, *pb = b;
+    return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+/* A device buffer of max(bytes, at_least) bytes holding a copy of host's first bytes (the
+ * caller's memory is never written); NULL where host is NULL. */
+static cl_mem upload(fcl_context *ctx, const void *host, size_t bytes, size_t at_least, cl_int *err)
+{
+    if (!host || *err != CL_SUCCESS)
+        return NULL;
+    if (bytes >= at_least)
+        return fcl_host_buffer(ctx, CL_MEM_READ_ONLY, bytes, host, err);
+    cl_mem m = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, at_least, NULL, err);
+    if (*err == CL_SUCCESS && bytes)
+        *err = clEnqueueWriteBuffer(ctx->queue, m, CL_TRUE, 0, bytes, host, 0, NULL, NULL);
+    return m;
+}
+
+/* A tensor of the host call: its elements from its view's offset to its extent. */
+typedef struct host_tensor {
+    const char *name;
+    const void *base; /* at the view's offset */
+    size_t bytes;     /* to the extent */
+} host_tensor;
+
+static host_tensor host_tensor_of(const char *name, const void *ptr, size_t offset, size_t extent,
+                                  size_t elem)
+{
+    host_tensor t = {name, ptr ? (const char *)ptr + offset * elem : NULL,
+                     extent > offset ? (extent - offset) * elem : 0};
+    return t;
+}
+
+fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *desc,
+                                  const fcl_attention_host_io *io)
+{
+    fcl_attention_problem pr;
     fcl_attention_launch l;
+    fcl_attention_extents e, dev;
+    size_t total_q, total_kv;
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
-    attention_buffers b = {0};
+    fcl_attention_io b = {0};
     if (!ctx)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    fcl_status s = check_desc(ctx, d, &sh);
+    if (!io)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
+    fcl_attention_given g = given_on_host(io);
+    fcl_status s = fcl_attention_resolve(ctx, desc, &g, &pr);
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &sh, &l); /* an unsupported shape fails before any allocation */
+        s = plan(ctx, &pr, &l); /* an unsupported shape fails before any allocation */
     if (s != FCL_SUCCESS)
         return s;
-    const void *host[] = {q, k, v, out};
-    const char *names[] = {"q", "k", "v", "out"};
+    const void *required[] = {io->q, io->k, io->v, io->out};
+    const char *required_names[] = {"q", "k", "v", "out"};
     for (int i = 0; i < 4; i++)
-        if (!host[i])
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", names[i]);
-    if ((sh.d.mask_type != FCL_MASK_NONE) != (mask != NULL))
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        mask ? "a mask was given but mask_type is FCL_MASK_NONE"
-                             : "mask is NULL but mask_type is set");
+        if (!required[i])
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", required_names[i]);
+    s = fcl_attention_check_indices(ctx, &pr, io, &total_q, &total_kv);
+    if (s == FCL_SUCCESS)
+        s = fcl_attention_extents_of(ctx, &pr, total_q, total_kv, &e);
+    if (s != FCL_SUCCESS)
+        return s;
+    const fcl_attention_desc *d = &pr.d;
+    const size_t sq = fcl_dtype_size(d->dtype_q), skv = fcl_dtype_size(d->dtype_kv);
+    const size_t so = fcl_dtype_size(d->dtype_o);
+    host_tensor q = host_tensor_of("q", io->q, d->q_view.offset, e.q, sq);
+    host_tensor k = host_tensor_of("k", io->k, d->k_view.offset, e.k, skv);
+    host_tensor v = host_tensor_of("v", io->v, d->v_view.offset, e.v, skv);
+    host_tensor out = host_tensor_of("out", io->out, d->o_view.offset, e.out, so);
+    const host_tensor inputs[3] = {q, k, v};
+    for (int i = 0; i < 3; i++)
+        if (host_ranges_overlap(out.base, out.bytes, inputs[i].base, inputs[i].bytes))
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                            "out's view overlaps %s's in memory", inputs[i].name);
+    if (out.bytes == 0)
+        return FCL_SUCCESS; /* no query in any sequence: nothing to write */
 
-    b.q = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.q_bytes, q, &err);
-    b.k = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.k_bytes, k, &err);
-    b.v = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.v_bytes, v, &err);
-    if (mask)
-        b.mask = fcl_host_buffer(ctx, CL_MEM_READ_ONLY, sh.mask_bytes, mask, &err);
-    b.out = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.out_bytes, NULL, &err);
-    if (lse)
-        b.lse = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, sh.lse_bytes, NULL, &err);
+    /* The device copies start at the views' offsets (d is read no more: pr changes). */
+    fcl_attention_desc on_device = *d;
+    on_device.q_view.offset = on_device.k_view.offset = 0;
+    on_device.v_view.offset = on_device.o_view.offset = 0;
+    pr.d = on_device;
+    s = fcl_attention_extents_of(ctx, &pr, 1, 1, &dev); /* what the device call checks */
+    if (s != FCL_SUCCESS)
+        return s;
+    b.q = upload(ctx, q.base, q.bytes, dev.q * sq, &err);
+    b.k = upload(ctx, k.base, k.bytes, dev.k * skv, &err);
+    b.v = upload(ctx, v.base, v.bytes, dev.v * skv, &err);
+    b.mask = upload(ctx, io->mask, e.mask * mask_element_bytes(d->mask_type), 0, &err);
+    b.seqlens_kv = upload(ctx, io->seqlens_kv, e.seqlens_kv * sizeof(int32_t), 0, &err);
+    b.cu_seqlens_q = upload(ctx, io->cu_seqlens_q, e.cu_seqlens * sizeof(int32_t), 0, &err);
+    b.cu_seqlens_kv = upload(ctx, io->cu_seqlens_kv, e.cu_seqlens * sizeof(int32_t), 0, &err);
+    b.block_table = upload(ctx, io->block_table, e.block_table * sizeof(int32_t), 0, &err);
+    b.alibi_slopes = upload(ctx, io->alibi_slopes, e.alibi_slopes * sizeof(float), 0, &err);
+    b.sinks = upload(ctx, io->sinks, e.sinks * sizeof(float), 0, &err);
+    /* out starts as the caller's, so what lies between its rows comes back unchanged. */
+    if (err == CL_SUCCESS)
+        b.out = fcl_host_buffer(ctx, CL_MEM_READ_WRITE, out.bytes, out.base, &err);
+    if (io->lse && e.lse)
+        b.lse = fcl_host_buffer(ctx, CL_MEM_WRITE_ONLY, e.lse * sizeof(float), NULL, &err);
     if (err != CL_SUCCESS) {
-        s = fcl_fail_cl(ctx, err, "allocating device buffers for fcl_attention_host");
+        s = fcl_fail_cl(ctx, err, "allocating device buffers for fcl_attention_run_host");
         goto release;
     }
-    s = fcl_attention(ctx, d, b.q, b.k, b.v, b.mask, b.out, b.lse, 0, NULL, &done);
+    s = fcl_attention_run(ctx, &on_device, &b, 0, NULL, &done);
     if (s != FCL_SUCCESS)
         goto release;
-    err = clEnqueueReadBuffer(ctx->queue, b.out, CL_TRUE, 0, sh.out_bytes, out, 1, &done, NULL);
-    if (err == CL_SUCCESS && lse)
-        err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, sh.lse_bytes, lse, 1, &done, NULL);
+    err = clEnqueueReadBuffer(ctx->queue, b.out, CL_TRUE, 0, out.bytes, (void *)out.base, 1, &done,
+                              NULL);
+    if (err == CL_SUCCESS && b.lse)
+        err = clEnqueueReadBuffer(ctx->queue, b.lse, CL_TRUE, 0, e.lse * sizeof(float), io->lse, 1,
+                                  &done, NULL);
     if (err != CL_SUCCESS)
         s = fcl_fail_cl(ctx, err, "running attention and reading the result back");
 release:
     if (done)
         clReleaseEvent(done);
-    cl_mem all[] = {b.q, b.k, b.v, b.mask, b.out, b.lse};
-    for (int i = 0; i < 6; i++)
+    cl_mem all[] = {b.q, b.k, b.v, b.mask, b.out, b.lse, b.seqlens_kv, b.cu_seqlens_q,
+                    b.cu_seqlens_kv, b.block_table, b.alibi_slopes, b.sinks};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     return s;
+}
+
+fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc *d, const void *q,
+                              const void *k, const void *v, const void *mask, void *out,
+                              float *lse)
+{
+    const fcl_attention_host_io io = {.q = q, .k = k, .v = v, .mask = mask, .out = out, .lse = lse};
+    return fcl_attention_run_host(ctx, d, &io);
+}
+
+/* ---- ALiBi slopes and merging ---- */
+
+fcl_status fcl_alibi_slopes(size_t heads, float max_bias, float *slopes)
+{
+    if (heads == 0 || !slopes)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT,
+                        "fcl_alibi_slopes needs heads >= 1 (%zu) and a slopes array", heads);
+    if (!isfinite(max_bias))
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "max_bias (%g) must be finite",
+                        (double)max_bias);
+    size_t n = 1;
+    while (n * 2 <= heads)
+        n *= 2;
+    const double m0 = exp2(-(double)max_bias / (double)n);
+    const double m1 = exp2(-(double)max_bias / 2.0 / (double)n);
+    for (size_t h = 0; h < heads; h++)
+        slopes[h] = (float)(h < n ? pow(m0, (double)(h + 1)) : pow(m1, (double)(2 * (h - n) + 1)));
+    return FCL_SUCCESS;
+}
+
+/* (out, lse) = merge of (a_out, a_lse) and, where b_out is given, (b_out, b_lse). */
+static cl_int merge_step(fcl_context *ctx, cl_mem a_out, cl_mem a_lse, cl_mem b_out, cl_mem b_lse,
+                         cl_mem out, cl_mem lse, size_t rows, size_t dim, cl_uint n_wait,
+                         const cl_event *wait, cl_event *done)
+{
+    cl_kernel k = ctx->attention_merge_parts;
+    const cl_uint has_b = b_out != NULL;
+    const cl_ulong n_rows = rows, n_dim = dim;
+    const void *args[] = {&a_out, &a_lse, &b_out, &b_lse, &out, &lse, &has_b, &n_rows, &n_dim};
+    const size_t sizes[] = {sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem), sizeof(cl_mem),
+                            sizeof(cl_mem), sizeof(cl_mem), sizeof has_b, sizeof n_rows,
+                            sizeof n_dim};
+    cl_int err = CL_SUCCESS;
+    for (cl_uint i = 0; i < sizeof sizes / sizeof sizes[0] && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, i, sizes[i], args[i]);
+    if (err == CL_SUCCESS)
+        err = launch(ctx, k, merge_groups(ctx, rows), FA_MERGE_LWS, n_wait, wait, done);
+    return err;
+}
+
+/* The part that out (and lse) already is, or -1; FCL_ERROR_INVALID_ARGUMENT where out and lse
+ * are parts of different indices or out is a part's lse. */
+static fcl_status own_part(fcl_context *ctx, size_t n_parts, const cl_mem *outs, const cl_mem *lses,
+                           cl_mem out, cl_mem lse, long *own)
+{
+    *own = -1;
+    for (size_t p = 0; p < n_parts; p++) {
+        if (out == lses[p] || (lse && lse == outs[p]))
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                            "out or lse is the other kind of buffer of part %zu", p);
+        if (out == outs[p] || (lse && lse == lses[p])) {
+            if (out != outs[p] || (lse && lse != lses[p]))
+                return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                                "out and lse must be the buffers of the same part (part %zu has one "
+                                "of them)", p);
+            *own = (long)p;
+        }
+    }
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, size_t head_dim_v,
+                               const cl_mem *outs, const cl_mem *lses, cl_mem out, cl_mem lse,
+                               cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    if (!ctx)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (n_parts == 0 || rows == 0 || head_dim_v == 0 || !outs || !lses)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "n_parts (%zu), rows (%zu) and head_dim_v (%zu) must be at least 1, with "
+                        "outs and lses arrays",
+                        n_parts, rows, head_dim_v);
+    if (n_wait && !wait)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
+                        (unsigned)n_wait);
+    if (rows > SIZE_MAX / sizeof(float) / head_dim_v)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "rows (%zu) x head_dim_v (%zu) overflows the address space", rows, head_dim_v);
+    const size_t out_bytes = rows * head_dim_v * sizeof(float), lse_bytes = rows * sizeof(float);
+    fcl_status s = fcl_check_buffer(ctx, "out", out, out_bytes);
+    if (s == FCL_SUCCESS && lse)
+        s = fcl_check_buffer(ctx, "lse", lse, lse_bytes);
+    for (size_t p = 0; p < n_parts && s == FCL_SUCCESS; p++) {
+        char name[48];
+        snprintf(name, sizeof name, "outs[%zu]", p);
+        s = fcl_check_buffer(ctx, name, outs[p], out_bytes);
+        snprintf(name, sizeof name, "lses[%zu]", p);
+        if (s == FCL_SUCCESS)
+            s = fcl_check_buffer(ctx, name, lses[p], lse_bytes);
+    }
+    long own;
+    if (s == FCL_SUCCESS)
+        s = own_part(ctx, n_parts, outs, lses, out, lse, &own);
+    if (s != FCL_SUCCESS)
+        return s;
+
+    cl_int err = CL_SUCCESS;
+    cl_mem lse_to = lse ? lse : clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, lse_bytes, NULL, &err);
+    if (err != CL_SUCCESS)
+        return fcl_fail_cl(ctx, err, "allocating the merged lse");
+    /* A chain of pairwise merges into (out, lse_to), starting from the part out already is,
+     * so that no part is overwritten before it is read. */
+    const size_t first = own >= 0 ? (size_t)own : 0;
+    cl_mem acc_out = outs[first], acc_lse = lses[first];
+    cl_event prev = NULL;
+    size_t steps = 0;
+    pthread_mutex_lock(&ctx->lock);
+    for (size_t p = 0; p < n_parts && err == CL_SUCCESS; p++) {
+        if (p == first && n_parts > 1)
+            continue;
+        cl_event next = NULL;
+        int last = ++steps == (n_parts > 1 ? n_parts - 1 : 1);
+        const cl_mem b_out = p == first ? NULL : outs[p], b_lse = p == first ? NULL : lses[p];
+        err = merge_step(ctx, acc_out, acc_lse, b_out, b_lse, out, lse_to, rows, head_dim_v,
+                         prev ? 1 : n_wait, prev ? &prev : wait, last ? done : &next);
+        if (prev)
+            clReleaseEvent(prev);
+        prev = next;
+        acc_out = out;
+        acc_lse = lse_to;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    if (prev)
+        clReleaseEvent(prev);
+    if (!lse)
+        clReleaseMemObject(lse_to);
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the merge kernels");
 }

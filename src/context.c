@@ -147,7 +147,15 @@ size_t fcl_dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
 
 fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need)
 {
+    size_t size;
+    return fcl_check_buffer_size(ctx, name, buf, need, &size);
+}
+
+fcl_status fcl_check_buffer_size(fcl_context *ctx, const char *name, cl_mem buf, size_t need,
+                                 size_t *bytes)
+{
     size_t size = 0;
+    *bytes = 0;
     cl_context owner = NULL;
     if (!buf)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", name);
@@ -164,6 +172,7 @@ fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size
     if (size < need)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "%s holds %zu bytes but the descriptor needs %zu", name, size, need);
+    *bytes = size;
     return FCL_SUCCESS;
 }
 

@@ -6,18 +6,19 @@
 
 #include "flashcl.h"
 
+#include "attention_args.h" /* cl/: the attention kernels' arguments, shared with them */
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 
 #define FCL_ERROR_TEXT_MAX 16384
 #define FCL_DTYPE_COUNT 3
-#define FCL_ATTENTION_BUCKETS 3       /* head_dim (and head_dim_v) up to 64, 128, 256 */
-#define FCL_ATTENTION_WORK_GROUP 64   /* FA_TQ x FA_TK in attention.cl */
-#define FCL_ATTENTION_MAX_SPLITS 256  /* FA_MAX_SPLITS in attention_merge.cl */
-#define FCL_ATTENTION_ROWS_BLOCK_Q 16 /* FA_RQ in attention.cl */
-#define FCL_ATTENTION_DECODE_WORK_GROUP 128 /* FA_DEC_LWS in attention.cl */
-#define FCL_ATTENTION_DECODE_MAX_Q 4  /* longest len_q the decode kernel takes */
+#define FCL_ATTENTION_BUCKETS 4 /* head_dim (and head_dim_v) up to 64, 128, 256, 576 */
+#define FCL_ATTENTION_MAX_HEAD_DIM 576
+#define FCL_ATTENTION_MAX_HEAD_DIM_V 512
+#define FCL_ATTENTION_WORK_GROUP ((size_t)FA_TQ * FA_TK)
+#define FCL_ATTENTION_DECODE_MAX_Q 4 /* longest len_q the decode kernel takes */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -36,10 +37,9 @@ struct fcl_context {
     cl_command_queue queue;
     cl_program program;
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
-    cl_kernel attention[FCL_ATTENTION_BUCKETS];      /* NULL where no tile fits the device */
-    cl_kernel attention_rows[FCL_ATTENTION_BUCKETS]; /* a block of queries per work-item */
-    cl_kernel attention_decode[FCL_ATTENTION_BUCKETS]; /* one query per work-group */
-    cl_kernel attention_merge;
+    /* Per head-dim bucket, the kernel of each path (NULL where that path is not built). */
+    cl_kernel attention[FCL_ATTENTION_BUCKETS][3]; /* indexed by fcl_attention_path */
+    cl_kernel attention_merge_splits, attention_merge_parts;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
     pthread_mutex_t error_lock; /* last_error: written and copied out under it */
@@ -67,6 +67,9 @@ void fcl_append_error(fcl_context *ctx, const char *text);
 size_t fcl_dtype_size(fcl_dtype t);
 /* A caller's cl_mem: not NULL, of ctx's cl_context, at least need bytes (name says which). */
 fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need);
+/* The same, giving the buffer's size in bytes. */
+fcl_status fcl_check_buffer_size(fcl_context *ctx, const char *name, cl_mem buf, size_t need,
+                                 size_t *bytes);
 /* A buffer of ctx's context for the host calls: a copy of init when given (the caller's
  * memory is never written), else uninitialised. Does nothing once *err is an error, so a
  * run of calls needs one check. */
@@ -137,33 +140,86 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
 
 /* Attention tiles: candidates (block_q, block_kv), best first. */
 size_t fcl_attention_bucket_dim(int bucket);
-/* The bucket whose kernel handles max(head_dim, head_dim_v), or -1 above 256. */
+/* The bucket whose kernels handle max(head_dim, head_dim_v), or -1 above 576. */
 int fcl_attention_bucket(size_t head_dim, size_t head_dim_v);
 void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
 /* The first candidate from `first` on with at most max_accumulators per work-item and whose
  * estimated local memory fits the device; -1 when none does. */
 int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                             size_t max_accumulators);
-/* Local memory an attention tile uses (what attention.cl declares). */
+/* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
-/* Keys the decode kernel for head dims up to dim takes per step (FA_DEC_KEYS). */
+/* Keys the decode kernel for head dims up to dim takes per step; 0 where it is not built
+ * for dim (above FA_DEC_MAX_D). */
 size_t fcl_attention_decode_keys(size_t dim);
 
 typedef struct fcl_attention_launch {
     int bucket;
+    fcl_attention_path path;
     size_t block_q, block_kv;
     size_t q_tiles;   /* per (batch, head) */
     size_t splits;    /* key splits; 1: the kernel writes the output itself */
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
-    int per_item;     /* attention_rows: one work-item per group, a query block each */
-    int decode;       /* attention_decode: one query per work-group */
     size_t work_group_size;
 } fcl_attention_launch;
 
-/* Tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled in).
- * FCL_ERROR_UNSUPPORTED when the device has no tile for its head dimensions. */
+/* The kernel, tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled
+ * in). Every head-dim bucket has a path on every device (the rows kernel needs neither
+ * local memory nor a large work-group). */
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
+
+/* ---- attention_desc.c: validating and resolving a descriptor ---- */
+/* The attention kernels' scalar arguments (cl/attention_args.h). */
+#define FCL_HOST_U32 cl_uint
+#define FCL_HOST_U64 cl_ulong
+#define FCL_HOST_F32 cl_float
+#define FCL_PARAM_FIELD(type, name) FCL_HOST_##type name;
+typedef struct fcl_attention_params {
+    FA_PARAMS(FCL_PARAM_FIELD, FCL_PARAM_FIELD)
+} fcl_attention_params;
+/* Their buffers, in argument order. */
+#define FCL_BUFFER_FIELD(kind, name) cl_mem name;
+typedef struct fcl_attention_buffers {
+    FA_BUFFERS(FCL_BUFFER_FIELD)
+} fcl_attention_buffers;
+enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
+
+/* A descriptor resolved into the one addressing form every kernel uses: views with their
+ * strides, packed and paged sequences, modifiers, as kernel parameters. */
+typedef struct fcl_attention_problem {
+    fcl_attention_desc d;        /* with its defaults filled in */
+    fcl_attention_params params; /* all but the launch's q_tiles, splits and split_len, and
+                                    the buffer limits and flags the io sets */
+} fcl_attention_problem;
+
+/* Which optional buffers an io gives (the device and host io alike). */
+typedef struct fcl_attention_given {
+    int mask, lse, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table, alibi_slopes, sinks;
+} fcl_attention_given;
+
+/* Validates desc and resolves it (FCL_ERROR_INVALID_ARGUMENT with a sentence naming the field,
+ * its value and the limit), with the optional buffers that come with it. */
+fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *desc,
+                                 const fcl_attention_given *given, fcl_attention_problem *pr);
+
+/* Elements each tensor reaches (from its view's offset to the end of its last row), for
+ * packed tensors given the total token counts (1 where unknown: the device call). */
+typedef struct fcl_attention_extents {
+    size_t q, k, v, out, mask, lse, seqlens_kv, cu_seqlens, block_table, alibi_slopes, sinks;
+} fcl_attention_extents;
+fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_problem *pr,
+                                    size_t total_q, size_t total_kv,
+                                    fcl_attention_extents *e);
+/* Checks the host call's index arrays (lengths, cu_seqlens, block table) against the
+ * descriptor; fills the packed totals (len-1 when not packed). */
+fcl_status fcl_attention_check_indices(fcl_context *ctx, const fcl_attention_problem *pr,
+                                       const fcl_attention_host_io *io, size_t *total_q,
+                                       size_t *total_kv);
+/* Whether out's bytes and those of input 0 (q), 1 (k) or 2 (v), placed in one buffer by
+ * their views, overlap. */
+int fcl_attention_out_overlaps(const fcl_attention_problem *pr, const fcl_attention_extents *e,
+                               int input);
 
 #endif /* FLASHCL_INTERNAL_H */

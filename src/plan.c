@@ -13,7 +13,7 @@
 #define FCL_SPLIT_MIN_ELEMENTS_PER_ITEM 16
 #define FCL_SPLIT_MAX_SLICES 1024
 
-static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256};
+static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256, 576};
 /* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
 static const size_t tile_candidates[][2] = {{64, 32}, {32, 32}, {16, 32}, {16, 16}, {8, 16},
                                             {8, 8}};
@@ -57,8 +57,10 @@ static const struct device_entry {
      * faster than 32 x 32 on the H200, with 255 registers a thread available. */
     {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
-     * register rows as on NVIDIA (not measured on AMD hardware). */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 80},
+     * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: the 32 x 32
+     * tile at head_dim 128 (80) spills 22 VGPRs on wave32 RDNA2 (gfx1030) with v0.2's
+     * per-sequence addressing (.ci/amd-offline-check.sh), so that bucket takes 16 x 32. */
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76},
     {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
@@ -297,7 +299,7 @@ int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
 
 size_t fcl_attention_decode_keys(size_t dim)
 {
-    return FCL_ATTENTION_DECODE_WORK_GROUP / (dim / 4) * 4;
+    return dim > FA_DEC_MAX_D ? 0 : FA_DEC_LWS / (dim / 4) * 4;
 }
 
 /* Key splits: as forced, else enough to give `fill` work-groups, each split at least
@@ -310,7 +312,7 @@ static size_t attention_splits(const fcl_attention_desc *d, size_t work, size_t 
         splits = d->kv_splits;
     else
         splits = work >= fill ? 1 : min_size(ceil_div(fill, work), kv_tiles / min_tiles);
-    splits = min_size(min_size(splits, kv_tiles), FCL_ATTENTION_MAX_SPLITS);
+    splits = min_size(min_size(splits, kv_tiles), FA_MAX_SPLITS);
     return splits ? splits : 1;
 }
 
@@ -318,15 +320,22 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
                               fcl_attention_launch *launch)
 {
     int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
-    if (bucket < 0 || info->attention_tiles[bucket].block_q == 0)
+    if (bucket < 0)
         return FCL_ERROR_UNSUPPORTED;
     const struct fcl_attention_tile *tile = &info->attention_tiles[bucket];
-    int per_item = info->attention_rows_per_item;
-    int decode = !per_item && tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q;
-    size_t bq = per_item ? FCL_ATTENTION_ROWS_BLOCK_Q : decode ? 1 : tile->block_q;
-    size_t bk = per_item ? info->softmax_vector_width : decode ? tile->decode_block_kv : tile->block_kv;
-    if (bq == 0 || bk == 0 || d->len_kv == 0)
-        return FCL_ERROR_UNSUPPORTED; /* a device without a plan, or no keys at all */
+    /* The rows kernel serves where the device prefers it and where no tile fits. */
+    fcl_attention_path path = info->attention_rows_per_item || tile->block_q == 0
+                                  ? FCL_ATTENTION_PATH_ROWS
+                              : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q
+                                  ? FCL_ATTENTION_PATH_DECODE
+                                  : FCL_ATTENTION_PATH_TILE;
+    int decode = path == FCL_ATTENTION_PATH_DECODE;
+    size_t bq = path == FCL_ATTENTION_PATH_ROWS ? FA_RQ : decode ? 1 : tile->block_q;
+    size_t bk = path == FCL_ATTENTION_PATH_ROWS ? info->softmax_vector_width
+                : decode                        ? tile->decode_block_kv
+                                                : tile->block_kv;
+    if (bk == 0)
+        return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * d->heads_q;
     size_t fill = (size_t)info->compute_units *
@@ -338,6 +347,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
 
     launch->bucket = bucket;
+    launch->path = path;
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
@@ -346,10 +356,8 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->split_len = tiles_per_split * bk;
     launch->splits = ceil_div(kv_tiles, tiles_per_split); /* no empty split */
     launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
-    launch->per_item = per_item;
-    launch->decode = decode;
-    launch->work_group_size = per_item ? 1
-                              : decode ? FCL_ATTENTION_DECODE_WORK_GROUP
-                                       : FCL_ATTENTION_WORK_GROUP;
+    launch->work_group_size = path == FCL_ATTENTION_PATH_ROWS     ? 1
+                              : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
+                                                                  : FCL_ATTENTION_WORK_GROUP;
     return FCL_SUCCESS;
 }

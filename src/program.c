@@ -17,7 +17,11 @@
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
 extern const char fcl_cl_common[];
 extern const char fcl_cl_softmax[];
-extern const char fcl_cl_attention[];
+extern const char fcl_cl_attention_args[];
+extern const char fcl_cl_attention_common[];
+extern const char fcl_cl_attention_tile[];
+extern const char fcl_cl_attention_decode[];
+extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
 
 #define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
@@ -33,8 +37,9 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
-    int attention_rows;
-    int tile[FCL_ATTENTION_BUCKETS]; /* candidate index; -1: no attention kernel */
+    /* Per head-dim bucket, the tile candidate; -1: the rows kernel (a block of queries per
+     * work-item) serves that bucket. */
+    int tile[FCL_ATTENTION_BUCKETS];
 } kernel_plan;
 
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n)
@@ -91,27 +96,40 @@ static void text_add(text *t, const char *fmt, ...)
     }
 }
 
+/* One head-dim bucket's attention kernels: the tile kernel (with the decode kernel where it
+ * takes the bucket's dims), or the rows kernel. */
+static void add_attention_bucket(text *t, const kernel_plan *plan, int b)
+{
+    size_t dim = fcl_attention_bucket_dim(b);
+    text_add(t, "#define FA_NAME d%zu\n#define FA_D %zu\n", dim, dim);
+    if (plan->tile[b] < 0) {
+        text_add(t, "#line 1 \"attention_rows.cl\"\n%s\n", fcl_cl_attention_rows);
+    } else {
+        size_t bq, bk;
+        fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
+        text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
+                 bk, fcl_cl_attention_tile);
+        if (fcl_attention_decode_keys(dim))
+            text_add(t, "#line 1 \"attention_decode.cl\"\n%s\n", fcl_cl_attention_decode);
+        text_add(t, "#undef FA_BQ\n#undef FA_BK\n");
+    }
+    text_add(t, "#undef FA_NAME\n#undef FA_D\n");
+}
+
 static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
     text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_ATTENTION_ROWS %d\n",
-             plan->work_group_size, plan->vector_width, plan->block_items, plan->attention_rows);
+                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n",
+             plan->work_group_size, plan->vector_width, plan->block_items);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
                  dtype_suffix[dt], fcl_cl_softmax);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        size_t bq, bk, dim = fcl_attention_bucket_dim(b);
-        if (plan->tile[b] < 0)
-            continue;
-        fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
-        text_add(&t,
-                 "#define FA_NAME d%zu\n#define FA_D %zu\n#define FA_BQ %zu\n#define FA_BK %zu\n"
-                 "#line 1 \"attention.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n#undef FA_BQ\n"
-                 "#undef FA_BK\n",
-                 dim, dim, bq, bk, fcl_cl_attention);
-    }
+    text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+             fcl_cl_attention_args, fcl_cl_attention_common);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        add_attention_bucket(&t, plan, b);
     text_add(&t, "#line 1 \"attention_merge.cl\"\n%s\n", fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
@@ -398,12 +416,11 @@ void fcl_release_kernels(fcl_context *ctx)
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
             release_kernel(&ctx->softmax[dt][k]);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        release_kernel(&ctx->attention[b]);
-        release_kernel(&ctx->attention_rows[b]);
-        release_kernel(&ctx->attention_decode[b]);
-    }
-    release_kernel(&ctx->attention_merge);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        for (int p = 0; p < 3; p++)
+            release_kernel(&ctx->attention[b][p]);
+    release_kernel(&ctx->attention_merge_splits);
+    release_kernel(&ctx->attention_merge_parts);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
@@ -458,49 +475,66 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
     return FCL_SUCCESS;
 }
 
-/* Creates the attention kernels. A bucket whose compiled kernel exceeds the device's local
- * memory or cannot run a full work-group moves to the next smaller tile (plan->tile) and
- * *rebuild is set. */
+/* Creates one bucket's tile kernel (and its decode kernel, where built). A tile kernel
+ * that exceeds the device's local memory or cannot run a full work-group moves the bucket to
+ * the next smaller tile, or to the rows kernel (plan->tile), and sets *rebuild. */
+static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
+{
+    struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
+    cl_kernel *kernels = ctx->attention[b];
+    char name[40];
+    size_t wg;
+    cl_ulong local;
+    snprintf(name, sizeof name, "attention_d%zu", tile->max_head_dim);
+    fcl_status s = create_kernel(ctx, name, &kernels[FCL_ATTENTION_PATH_TILE], &wg, &local);
+    if (s != FCL_SUCCESS)
+        return s;
+    if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_WORK_GROUP) {
+        plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1,
+                                                plan->attention_accumulators);
+        *rebuild = 1;
+        return FCL_SUCCESS;
+    }
+    fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
+    tile->local_mem_size = local;
+    if (!fcl_attention_decode_keys(tile->max_head_dim))
+        return FCL_SUCCESS;
+    cl_kernel *decode = &kernels[FCL_ATTENTION_PATH_DECODE];
+    snprintf(name, sizeof name, "attention_decode_d%zu", tile->max_head_dim);
+    s = create_kernel(ctx, name, decode, &wg, &local);
+    if (s != FCL_SUCCESS)
+        return s;
+    /* The decode kernel is an extra: where it does not fit, the tile kernel serves. */
+    if (local > ctx->info.local_mem_size || wg < FA_DEC_LWS)
+        release_kernel(decode);
+    else
+        tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
+    return FCL_SUCCESS;
+}
+
+/* Creates each bucket's attention kernels and the merge kernels. */
 static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, int *rebuild)
 {
     size_t wg;
     cl_ulong local;
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+    fcl_status s = FCL_SUCCESS;
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS && s == FCL_SUCCESS; b++) {
         struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
-        char name[32];
+        memset(tile, 0, sizeof *tile);
         tile->max_head_dim = fcl_attention_bucket_dim(b);
-        tile->block_q = tile->block_kv = 0;
-        tile->local_mem_size = 0;
-        if (plan->tile[b] < 0)
-            continue;
-        snprintf(name, sizeof name, "attention_d%zu", tile->max_head_dim);
-        fcl_status s = create_kernel(ctx, name, &ctx->attention[b], &wg, &local);
-        if (s != FCL_SUCCESS)
-            return s;
-        if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_WORK_GROUP) {
-            plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1,
-                                                    plan->attention_accumulators);
-            *rebuild = 1;
-            continue;
+        if (plan->tile[b] >= 0) {
+            s = create_tile_kernels(ctx, plan, b, rebuild);
+        } else {
+            char name[40];
+            snprintf(name, sizeof name, "attention_rows_d%zu", tile->max_head_dim);
+            s = create_kernel(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS], &wg, &local);
         }
-        fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
-        tile->local_mem_size = local;
-        tile->decode_block_kv = 0;
-        snprintf(name, sizeof name, "attention_%s_d%zu", plan->attention_rows ? "rows" : "decode",
-                 tile->max_head_dim);
-        cl_kernel *extra = plan->attention_rows ? &ctx->attention_rows[b] : &ctx->attention_decode[b];
-        s = create_kernel(ctx, name, extra, &wg, &local);
-        if (s != FCL_SUCCESS)
-            return s;
-        if (plan->attention_rows)
-            continue;
-        /* The decode kernel is an extra: where it does not fit, the tile kernel serves. */
-        if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_DECODE_WORK_GROUP)
-            release_kernel(extra);
-        else
-            tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
     }
-    return create_kernel(ctx, "attention_merge", &ctx->attention_merge, &wg, &local);
+    if (s == FCL_SUCCESS)
+        s = create_kernel(ctx, "attention_merge_splits", &ctx->attention_merge_splits, &wg, &local);
+    if (s == FCL_SUCCESS)
+        s = create_kernel(ctx, "attention_merge_parts", &ctx->attention_merge_parts, &wg, &local);
+    return s;
 }
 
 /* The plan before the build: the tuning for the device, within what it reports. */
@@ -511,10 +545,13 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.vector_width = tuning->vector_width;
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
-    plan.attention_rows = tuning->attention_rows;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         int forced = tuning->attention_tile;
         size_t bq, bk;
+        if (tuning->attention_rows) {
+            plan.tile[b] = -1;
+            continue;
+        }
         if (forced >= 0) {
             fcl_attention_tile_shape(forced, &bq, &bk);
             /* FLASHCL_TUNE's tile as given where its local memory fits (for tuning beyond

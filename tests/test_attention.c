@@ -348,10 +348,10 @@ static void test_bad_descriptors(void **state)
     EXPECT_REJECTED(d, NULL, "heads_kv (3) must divide heads_q (4)");
     d = ok, d.head_dim = 0;
     EXPECT_REJECTED(d, NULL, "head_dim (0)");
-    d = ok, d.head_dim = 257;
-    EXPECT_REJECTED(d, NULL, "head_dim (257)");
-    d = ok, d.head_dim_v = 300;
-    EXPECT_REJECTED(d, NULL, "head_dim_v (300)");
+    d = ok, d.head_dim = 577;
+    EXPECT_REJECTED(d, NULL, "head_dim (577) must be between 1 and 576");
+    d = ok, d.head_dim_v = 513;
+    EXPECT_REJECTED(d, NULL, "head_dim_v (513) must be between 1 and 512");
     d = ok, d.len_kv = 0;
     EXPECT_REJECTED(d, NULL, "len_kv");
     d = ok, d.mask_type = FCL_MASK_ADD_F32;
@@ -371,7 +371,9 @@ static void test_bad_descriptors(void **state)
     d = ok, d.kv_splits = 1000;
     EXPECT_REJECTED(d, NULL, "kv_splits");
     d = ok, d.batch = SIZE_MAX / 2;
-    EXPECT_REJECTED(d, NULL, "overflow");
+    EXPECT_REJECTED(d, NULL, "must be at most 2147483647");
+    d = ok, d.mask_type = FCL_MASK_ADD_F32, d.mask_stride_head = SIZE_MAX / 4;
+    EXPECT_REJECTED(d, m, "overflow");
     d = ok;
     assert_int_equal(fcl_attention_host(support_ctx, &d, x, NULL, x, NULL, out, lse),
                      FCL_ERROR_INVALID_ARGUMENT);

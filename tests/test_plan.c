@@ -199,16 +199,36 @@ static void test_attention_tiles(void **state)
     assert_int_equal(fcl_attention_bucket(64, 64), 0);
     assert_int_equal(fcl_attention_bucket(40, 72), 1);
     assert_int_equal(fcl_attention_bucket(256, 1), 2);
-    assert_int_equal(fcl_attention_bucket(257, 1), -1);
-    /* 4 KiB of local memory holds no tile for head_dim 256. */
+    assert_int_equal(fcl_attention_bucket(257, 1), 3);
+    assert_int_equal(fcl_attention_bucket(576, 512), 3);
+    assert_int_equal(fcl_attention_bucket(577, 1), -1);
+    /* MLA's 576 / 512 on NVIDIA's 48 KiB: 8 x 8 tiles (37.7 KB), no decode kernel (its 144
+     * work-items per key row exceed the group of 128). */
+    assert_int_equal(nv.attention_tiles[3].block_q, 8);
+    assert_int_equal(nv.attention_tiles[3].block_kv, 8);
+    assert_int_equal(nv.attention_tiles[3].decode_block_kv, 0);
+    /* 4 KiB of local memory holds no tile for head_dim 256: the rows kernel serves it. */
     fcl_device_info tiny = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 1,
-                            .max_work_group_size = 256, .local_mem_size = 4096};
+                            .max_work_group_size = 256, .local_mem_size = 4096,
+                            .softmax_vector_width = 4};
     assert_int_equal(fcl_plan_attention_tile(&tiny, 2, 0, 80), -1);
     fill_attention_tiles(&tiny);
     fcl_attention_desc d = {.batch = 1, .heads_q = 1, .heads_kv = 1, .len_q = 8, .len_kv = 8,
                             .head_dim = 200, .head_dim_v = 200};
     fcl_attention_launch l;
-    assert_int_equal(fcl_plan_attention(&tiny, &d, &l), FCL_ERROR_UNSUPPORTED);
+    assert_int_equal(fcl_plan_attention(&tiny, &d, &l), FCL_SUCCESS);
+    assert_true(l.path == FCL_ATTENTION_PATH_ROWS && l.work_group_size == 1 && l.block_q == 16);
+    /* 32 KiB (oclgrind's GPU) holds no tile at 576: rows there too, tiles below. */
+    fcl_device_info small = tiny;
+    small.local_mem_size = 32768;
+    fill_attention_tiles(&small);
+    d.head_dim = 576;
+    d.head_dim_v = 512;
+    assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.path, FCL_ATTENTION_PATH_ROWS);
+    d.head_dim = d.head_dim_v = 256;
+    assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.path, FCL_ATTENTION_PATH_TILE);
 }
 
 static void test_attention_splits(void **state)
@@ -221,7 +241,7 @@ static void test_attention_splits(void **state)
                                   .len_kv = 1024, .head_dim = 64, .head_dim_v = 64};
     fcl_attention_launch rows;
     assert_int_equal(fcl_plan_attention(&cpu, &prefill, &rows), FCL_SUCCESS);
-    assert_true(rows.per_item && rows.work_group_size == 1);
+    assert_true(rows.path == FCL_ATTENTION_PATH_ROWS && rows.work_group_size == 1);
     assert_int_equal(rows.block_q, 16);
     assert_int_equal(rows.block_kv, 16);
     assert_int_equal(rows.q_tiles, 64);
@@ -233,7 +253,7 @@ static void test_attention_splits(void **state)
     fcl_attention_desc d = {.batch = 8, .heads_q = 32, .heads_kv = 32, .len_q = 1,
                             .len_kv = 32768, .head_dim = 128, .head_dim_v = 128};
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
-    assert_true(l.decode && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 16);
+    assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 16);
     assert_int_equal(l.splits, 9); /* 2112 groups wanted / 256 queries, rounded up */
     assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
     d.len_kv = 300; /* a split keeps 256 keys or more */
@@ -241,7 +261,7 @@ static void test_attention_splits(void **state)
     assert_int_equal(l.splits, 1);
     d.len_q = 5; /* past decoding: query tiles */
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
-    assert_true(!l.decode && l.block_q == 32);
+    assert_true(l.path == FCL_ATTENTION_PATH_TILE && l.block_q == 32);
     /* Prefill fills the device with query tiles alone. */
     d.len_q = d.len_kv = 4096;
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);

@@ -171,57 +171,137 @@ fcl_attention_desc chk_attention_defaults(fcl_attention_desc d)
     return d;
 }
 
-static int key_visible(const fcl_attention_desc *d, const void *mask, size_t b, size_t h,
-                       size_t i, size_t j, double *add)
+/* Strides (batch, head, token) of a view: its own, or the layout's defaults when all are 0
+ * ([total][heads][dim] for packed tensors, whose batch stride is ignored). Written out here
+ * apart from the library, as the reference's own reading of the contract. */
+static void view_strides(const fcl_tensor_view *v, fcl_layout layout, int packed, size_t heads,
+                         size_t tokens, size_t dim, size_t st[3])
 {
-    *add = 0.0;
-    if (d->causal == FCL_CAUSAL_TOP_LEFT && j > i)
-        return 0;
-    if (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && (double)j > (double)i + (double)d->len_kv - (double)d->len_q)
-        return 0;
-    size_t at = b * d->mask_stride_batch + h * d->mask_stride_head + i * d->mask_stride_q + j;
-    if (d->mask_type == FCL_MASK_BOOL_U8)
-        return ((const unsigned char *)mask)[at] != 0;
-    if (d->mask_type == FCL_MASK_ADD_F32)
-        *add = ((const float *)mask)[at];
-    return 1;
+    st[0] = v->batch_stride, st[1] = v->head_stride, st[2] = v->token_stride;
+    if (!st[0] && !st[1] && !st[2]) {
+        if (packed || layout == FCL_LAYOUT_BLHD)
+            st[0] = tokens * heads * dim, st[1] = dim, st[2] = heads * dim;
+        else
+            st[0] = heads * tokens * dim, st[1] = tokens * dim, st[2] = dim;
+    }
+    if (packed)
+        st[0] = 0;
+}
+
+chk_attention_where chk_attention_locate(const fcl_attention_desc *d, const fcl_attention_host_io *io,
+                                         size_t b)
+{
+    chk_attention_where w = {d->len_q, d->len_kv, 0, 0};
+    if (io->cu_seqlens_q)
+        w.q_start = (size_t)io->cu_seqlens_q[b], w.len_q = (size_t)(io->cu_seqlens_q[b + 1] - io->cu_seqlens_q[b]);
+    if (io->cu_seqlens_kv)
+        w.kv_start = (size_t)io->cu_seqlens_kv[b],
+        w.len_kv = (size_t)(io->cu_seqlens_kv[b + 1] - io->cu_seqlens_kv[b]);
+    if (io->seqlens_kv)
+        w.len_kv = (size_t)io->seqlens_kv[b];
+    return w;
+}
+
+size_t chk_attention_q_at(const fcl_attention_desc *d, const fcl_attention_host_io *io, int out,
+                          size_t b, size_t h, size_t i)
+{
+    const fcl_tensor_view *v = out ? &d->o_view : &d->q_view;
+    size_t st[3], dim = out ? d->head_dim_v : d->head_dim;
+    view_strides(v, d->layout, io->cu_seqlens_q != NULL, d->heads_q, d->len_q, dim, st);
+    return v->offset + b * st[0] + h * st[1] + (chk_attention_locate(d, io, b).q_start + i) * st[2];
+}
+
+/* Element of row j of K (is_v 0) or V (1) for kv head hk of sequence b. */
+static size_t kv_at(const fcl_attention_desc *d, const fcl_attention_host_io *io, int is_v,
+                    size_t b, size_t hk, size_t j)
+{
+    const fcl_tensor_view *v = is_v ? &d->v_view : &d->k_view;
+    size_t st[3], dim = is_v ? d->head_dim_v : d->head_dim;
+    if (d->page_size && io->block_table) {
+        view_strides(v, d->layout, 0, d->heads_kv, d->page_size, dim, st);
+        size_t page = (size_t)io->block_table[b * d->block_table_stride + j / d->page_size];
+        return v->offset + page * st[0] + hk * st[1] + (j % d->page_size) * st[2];
+    }
+    view_strides(v, d->layout, io->cu_seqlens_kv != NULL, d->heads_kv, d->len_kv, dim, st);
+    return v->offset + b * st[0] + hk * st[1] + (chk_attention_locate(d, io, b).kv_start + j) * st[2];
+}
+
+static double mask_value(const fcl_attention_desc *d, const void *mask, size_t at)
+{
+    if (d->mask_type == FCL_MASK_ADD_F16)
+        return chk_half_to_float(((const uint16_t *)mask)[at]);
+    return ((const float *)mask)[at];
+}
+
+/* The score of key j for query i of (b, h) in float64, -inf where it is hidden. */
+static double score_of(const fcl_attention_desc *d, const fcl_attention_host_io *io,
+                       chk_attention_where w, size_t b, size_t h, size_t i, size_t j)
+{
+    const double pos = (double)i + (double)w.len_kv - (double)w.len_q, jd = (double)j;
+    if (d->causal == FCL_CAUSAL_TOP_LEFT && jd > (double)i)
+        return -INFINITY;
+    if (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && jd > pos)
+        return -INFINITY;
+    if (d->window && ((d->window_left != FCL_WINDOW_UNBOUNDED && jd < pos - (double)d->window_left) ||
+                      (d->window_right != FCL_WINDOW_UNBOUNDED && jd > pos + (double)d->window_right)))
+        return -INFINITY;
+    const size_t hk = h / (d->heads_q / d->heads_kv), qo = chk_attention_q_at(d, io, 0, b, h, i);
+    const size_t ko = kv_at(d, io, 0, b, hk, j);
+    double dot = 0.0;
+    for (size_t e = 0; e < d->head_dim; e++)
+        dot += (double)chk_load(io->q, d->dtype_q, qo + e) * chk_load(io->k, d->dtype_kv, ko + e);
+    double s = (double)d->scale * dot;
+    if (d->softcap > 0.0f)
+        s = d->softcap * tanh(s / d->softcap);
+    const double slope = io->alibi_slopes ? io->alibi_slopes[b * d->alibi_slopes_batch_stride + h] : 0.0;
+    if (io->alibi_slopes && !d->alibi_from_mask)
+        s -= slope * fabs(pos - jd);
+    if (d->mask_type != FCL_MASK_NONE) {
+        size_t at = b * d->mask_stride_batch + h * d->mask_stride_head + i * d->mask_stride_q + j;
+        if (d->mask_type == FCL_MASK_BOOL_U8)
+            return ((const unsigned char *)io->mask)[at] ? s : -INFINITY;
+        double add = mask_value(d, io->mask, at);
+        s += d->alibi_from_mask && add != -INFINITY ? slope * add : add;
+    }
+    return s;
+}
+
+void chk_attention_row_io(const fcl_attention_desc *d, const fcl_attention_host_io *io, size_t b,
+                          size_t h, size_t i, double *out_row, double *lse)
+{
+    const chk_attention_where w = chk_attention_locate(d, io, b);
+    const size_t hk = h / (d->heads_q / d->heads_kv);
+    double m = io->sinks ? io->sinks[h] : -INFINITY;
+    int undefined = 0, any = 0;
+    double *score = malloc((w.len_kv ? w.len_kv : 1) * sizeof(double));
+    for (size_t j = 0; j < w.len_kv; j++) {
+        score[j] = score_of(d, io, w, b, h, i, j);
+        undefined |= isnan(score[j]) || score[j] == INFINITY;
+        any |= score[j] > -INFINITY;
+        m = score[j] > m ? score[j] : m;
+    }
+    double sum = io->sinks && m > -INFINITY ? exp(io->sinks[h] - m) : 0.0;
+    for (size_t e = 0; e < d->head_dim_v; e++)
+        out_row[e] = 0.0;
+    for (size_t j = 0; j < w.len_kv && any; j++) {
+        double p = exp(score[j] - m);
+        size_t vo = kv_at(d, io, 1, b, hk, j);
+        sum += p;
+        for (size_t e = 0; e < d->head_dim_v && p > 0; e++)
+            out_row[e] += p * chk_load(io->v, d->dtype_kv, vo + e);
+    }
+    for (size_t e = 0; e < d->head_dim_v; e++)
+        out_row[e] = undefined ? NAN : !any ? 0.0 : out_row[e] / sum;
+    *lse = undefined ? NAN : m == -INFINITY ? -INFINITY : m + log(sum);
+    free(score);
 }
 
 void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k, const void *v,
                        const void *mask, size_t b, size_t h, size_t i, double *out_row,
                        double *lse)
 {
-    size_t hk = h / (d->heads_q / d->heads_kv), dim = d->head_dim, dim_v = d->head_dim_v;
-    size_t qo = chk_attention_offset(d->layout, d->heads_q, d->len_q, dim, b, h, i);
-    double m = -INFINITY, sum = 0.0;
-    int undefined = 0;
-    double *score = malloc(d->len_kv * sizeof(double));
-    for (size_t j = 0; j < d->len_kv; j++) {
-        double add, s = 0.0;
-        if (!key_visible(d, mask, b, h, i, j, &add)) {
-            score[j] = -INFINITY;
-            continue;
-        }
-        size_t ko = chk_attention_offset(d->layout, d->heads_kv, d->len_kv, dim, b, hk, j);
-        for (size_t e = 0; e < dim; e++)
-            s += (double)chk_load(q, d->dtype_q, qo + e) * chk_load(k, d->dtype_kv, ko + e);
-        score[j] = (double)d->scale * s + add;
-        undefined |= isnan(score[j]) || score[j] == INFINITY;
-        m = score[j] > m ? score[j] : m;
-    }
-    for (size_t e = 0; e < dim_v; e++)
-        out_row[e] = 0.0;
-    for (size_t j = 0; j < d->len_kv && m > -INFINITY; j++) {
-        double p = exp(score[j] - m);
-        size_t vo = chk_attention_offset(d->layout, d->heads_kv, d->len_kv, dim_v, b, hk, j);
-        sum += p;
-        for (size_t e = 0; e < dim_v && p > 0; e++)
-            out_row[e] += p * chk_load(v, d->dtype_kv, vo + e);
-    }
-    for (size_t e = 0; e < dim_v; e++)
-        out_row[e] = undefined ? NAN : m == -INFINITY ? 0.0 : out_row[e] / sum;
-    *lse = undefined ? NAN : m == -INFINITY ? -INFINITY : m + log(sum);
-    free(score);
+    const fcl_attention_host_io io = {.q = q, .k = k, .v = v, .mask = mask};
+    chk_attention_row_io(d, &io, b, h, i, out_row, lse);
 }
 
 chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)

@@ -48,6 +48,20 @@ size_t chk_attention_offset(fcl_layout layout, size_t heads, size_t len, size_t 
 void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k, const void *v,
                        const void *mask, size_t b, size_t h, size_t i, double *out_row,
                        double *lse);
+/* The same with every v0.2 input (views, packed and paged sequences, modifiers, sinks): d as
+ * the caller gives it, with chk_attention_defaults applied. Sinks: a row with no visible
+ * key gives 0 and lse = sink. */
+void chk_attention_row_io(const fcl_attention_desc *d, const fcl_attention_host_io *io, size_t b,
+                          size_t h, size_t i, double *out_row, double *lse);
+/* Sequence b's lengths and first packed rows. */
+typedef struct chk_attention_where {
+    size_t len_q, len_kv, q_start, kv_start;
+} chk_attention_where;
+chk_attention_where chk_attention_locate(const fcl_attention_desc *d, const fcl_attention_host_io *io,
+                                         size_t b);
+/* Element where query i of (b, h) starts in q (out 0) or out (out 1). */
+size_t chk_attention_q_at(const fcl_attention_desc *d, const fcl_attention_host_io *io, int out,
+                          size_t b, size_t h, size_t i);
 /* d with its zero defaults replaced by their meaning. */
 fcl_attention_desc chk_attention_defaults(fcl_attention_desc d);
 /* The tolerance the tests hold attention to, by output storage type (unit-variance inputs). */

@@ -98,7 +98,13 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
     printf("  attention tiles     64 work-items per tile\n");
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
+        if (!i->attention_tiles[b].block_q) {
+            printf("    head_dim <= %-3zu  -> %s\n", i->attention_tiles[b].max_head_dim,
+                   i->attention_rows_per_item ? "16 queries per work-item (rows)"
+                                              : "no tile fits: 16 queries per work-item (rows)");
+            continue;
+        }
         printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %llu bytes of local memory",
                i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
                i->attention_tiles[b].block_kv,
@@ -111,10 +117,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
         const size_t *x = attention_examples[e];
-        printf("    heads %zu, len_q %zu, len_kv %zu, head_dim %zu -> tile %zu x %zu, %zu key "
+        printf("    heads %zu, len_q %zu, len_kv %zu, head_dim %zu -> %s, %zu x %zu, %zu key "
                "split%s\n",
-               x[0], x[1], x[2], x[3], p.block_q, p.block_kv, p.kv_splits,
-               p.kv_splits == 1 ? "" : "s");
+               x[0], x[1], x[2], x[3], fcl_attention_path_name(p.path), p.block_q, p.block_kv,
+               p.kv_splits, p.kv_splits == 1 ? "" : "s");
     }
 }
 
@@ -155,7 +161,7 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
         printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
                examples[e][0], examples[e][1], fcl_softmax_algo_name(example_plan(ctx, e)));
     printf("]}, \"attention\": {\"work_group_size\": 64, \"tiles\": [");
-    for (int b = 0; b < 3; b++)
+    for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++)
         printf("%s{\"max_head_dim\": %zu, \"block_q\": %zu, \"block_kv\": %zu, "
                "\"local_mem_size\": %llu, \"decode_block_kv\": %zu}",
                b ? ", " : "", i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
@@ -166,8 +172,9 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
         const size_t *x = attention_examples[e];
         printf("%s{\"heads\": %zu, \"len_q\": %zu, \"len_kv\": %zu, \"head_dim\": %zu, "
-               "\"block_q\": %zu, \"block_kv\": %zu, \"kv_splits\": %zu}",
-               e ? ", " : "", x[0], x[1], x[2], x[3], p.block_q, p.block_kv, p.kv_splits);
+               "\"path\": \"%s\", \"block_q\": %zu, \"block_kv\": %zu, \"kv_splits\": %zu}",
+               e ? ", " : "", x[0], x[1], x[2], x[3], fcl_attention_path_name(p.path), p.block_q,
+               p.block_kv, p.kv_splits);
     }
     printf("]}}");
 }

@@ -7,7 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What AMD's OpenCL reports for these chips (64 KiB of LDS, work-groups of up to 256). */
+/* What AMD's OpenCL reports for these chips (64 KiB of LDS, work-groups of up to 256), and
+ * NVIDIA's for Hopper (48 KiB of local memory, work-groups of up to 1024). */
 static const struct preset {
     const char *name, *what;
     fcl_device_info info;
@@ -18,6 +19,9 @@ static const struct preset {
     {"gfx1030", "AMD Radeon RX 6800 XT (RDNA2, wave32)",
      {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x1002, .compute_units = 36,
       .max_work_group_size = 256, .local_mem_size = 65536, .preferred_vector_width_float = 1}},
+    {"sm_90", "NVIDIA H100 / H200 (Hopper)",
+     {.type = CL_DEVICE_TYPE_GPU, .vendor_id = 0x10de, .compute_units = 132,
+      .max_work_group_size = 1024, .local_mem_size = 49152, .preferred_vector_width_float = 1}},
 };
 
 int main(int argc, char **argv)
@@ -36,6 +40,6 @@ int main(int argc, char **argv)
         free(src);
         return 0;
     }
-    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030\n");
+    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90\n");
     return 2;
 }

@@ -1,0 +1,73 @@
+/* The one list of what every attention kernel takes, shared by the host (src/attention.c,
+ * which includes this file) and the kernels (the host embeds it ahead of the attention
+ * files). Each list is an X-macro: the kernels' argument lists, the kernels' params struct,
+ * the host's params struct and the host's clSetKernelArg loop are all generated from it, so
+ * they cannot drift apart. Valid C99 and OpenCL C; defines nothing but macros.
+ *
+ * Addressing (docs/ALGORITHMS.md, "Where attention finds its data"): element (b, h, t, d) of q, k, v or out is at
+ *   X_offset + page * X_batch + h * X_head + slot * X_token + d
+ * where (page, slot) is (b, t) for a contiguous or strided tensor, (b, start(b) + t) for a
+ * packed varlen one (the host sets X_batch = 0; start from cu_seqlens) and
+ * (block_table[b][t / page_size], t % page_size) for a paged K/V cache.
+ */
+#ifndef FLASHCL_ATTENTION_ARGS_H
+#define FLASHCL_ATTENTION_ARGS_H
+
+/* Buffers, X(kind, name): kernel argument i is the i-th entry. Kinds: IN (q, k, v, mask: the
+ * storage type is a param), OUT, F32_OUT, F32_SCRATCH, F2_SCRATCH, I32_IN, F32_IN. An absent
+ * buffer is NULL; its flag (below) is then clear. */
+#define FA_BUFFERS(X)                                                                          \
+    X(IN, q) X(IN, k) X(IN, v) X(IN, mask) X(OUT, out) X(F32_OUT, lse)                       \
+    X(F32_SCRATCH, partial_o) X(F2_SCRATCH, partial_ml) X(I32_IN, seqlens_kv)                \
+    X(I32_IN, cu_seqlens_q) X(I32_IN, cu_seqlens_kv) X(I32_IN, block_table)                  \
+    X(F32_IN, alibi_slopes) X(F32_IN, sinks)
+
+/* Scalars after the buffers, X(type, name) with type U32, U64 or F32; the last entry comes
+ * through LAST (an argument list has no trailing comma). The host validates counts and
+ * lengths below 2^31 but passes them as 64-bit like the offsets: index arithmetic mixing
+ * 32- and 64-bit values costs GPU registers. *_limit: elements in the buffer (packed
+ * sequences are cut to what lies inside it). */
+#define FA_PARAMS(X, LAST)                                                                     \
+    X(U32, flags) X(U32, dtype_q) X(U32, dtype_kv) X(U32, dtype_o)                            \
+    X(U64, batch) X(U64, heads_q) X(U64, group) X(U64, len_q) X(U64, len_kv)                 \
+    X(U64, head_dim) X(U64, head_dim_v)                                                      \
+    X(U64, q_offset) X(U64, q_batch) X(U64, q_head) X(U64, q_token) X(U64, q_limit)          \
+    X(U64, k_offset) X(U64, k_batch) X(U64, k_head) X(U64, k_token) X(U64, k_limit)          \
+    X(U64, v_offset) X(U64, v_batch) X(U64, v_head) X(U64, v_token) X(U64, v_limit)          \
+    X(U64, o_offset) X(U64, o_batch) X(U64, o_head) X(U64, o_token) X(U64, o_limit)          \
+    X(U64, mask_batch) X(U64, mask_head) X(U64, mask_q) X(U64, lse_limit)                    \
+    X(U64, page_size) X(U64, num_pages) X(U64, block_table_stride) X(U64, alibi_batch)       \
+    X(U64, window_left) X(U64, window_right) X(F32, q_scale) X(F32, softcap)                 \
+    X(U64, q_tiles) X(U64, splits) LAST(U64, split_len)
+
+/* FA_FLAGS(X): X(name, bit) for the bits of `flags`. */
+#define FA_FLAGS(X)                                                                            \
+    X(FA_FLAG_MASK_ADD, 0)      /* additive float32 mask */                                 \
+    X(FA_FLAG_MASK_ADD_F16, 1)  /* additive float16 mask */                                 \
+    X(FA_FLAG_MASK_BOOL, 2)     /* uint8 mask, nonzero = may attend */                      \
+    X(FA_FLAG_CAUSAL, 3)        /* key j visible iff j <= i + causal offset */              \
+    X(FA_FLAG_BOTTOM_RIGHT, 4)  /* causal offset L_kv(b) - L_q(b), else 0 */                \
+    X(FA_FLAG_WINDOW, 5)        /* p(i) - window_left <= j <= p(i) + window_right */        \
+    X(FA_FLAG_SOFTCAP, 6)       /* s = softcap * tanh(q_scale * q.k) */                      \
+    X(FA_FLAG_ALIBI, 7)         /* s -= slope * |p(i) - j| */                               \
+    X(FA_FLAG_ALIBI_MASK, 8)    /* s += slope * mask instead of mask */                     \
+    X(FA_FLAG_SINKS, 9)         /* one extra logit per head in the denominator */           \
+    X(FA_FLAG_SEQLENS_KV, 10)   /* L_kv(b) = seqlens_kv[b] */                               \
+    X(FA_FLAG_CU_Q, 11)         /* queries packed by cu_seqlens_q */                        \
+    X(FA_FLAG_CU_KV, 12)        /* keys packed by cu_seqlens_kv */                          \
+    X(FA_FLAG_PAGED, 13)        /* K and V paged through block_table */                     \
+    X(FA_FLAG_LSE, 14)          /* write lse */                                             \
+    X(FA_FLAG_PARTIAL, 15)      /* write (m, l, o) per key split for the merge kernel */
+
+#define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
+
+/* Launch shapes the kernels are written for (the host plans with the same numbers). */
+#define FA_TQ 8                /* tile kernel: work-item rows ... */
+#define FA_TK 8                /* ... and columns: FA_TQ * FA_TK work-items */
+#define FA_DEC_LWS 128         /* decode kernel work-items */
+#define FA_DEC_MAX_D 256       /* largest head dim the decode kernel takes (FA_D / 4 <= 128) */
+#define FA_RQ 16               /* rows kernel: queries per work-item */
+#define FA_MERGE_LWS 64        /* merge kernels work-items */
+#define FA_MAX_SPLITS 256      /* most key splits the merge takes */
+
+#endif /* FLASHCL_ATTENTION_ARGS_H */

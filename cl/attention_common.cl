@@ -1,0 +1,318 @@
+/* What every attention kernel shares (docs/ALGORITHMS.md, sections 4 and 6): the arguments
+ * gathered into two structs, where a sequence's rows are (the one addressing helper,
+ * fa_row), which keys a block of queries visits, the score modifiers, and the final
+ * normalisation with attention sinks. Compiled once, after common.cl and attention_args.h;
+ * the kernel families (attention_tile.cl, attention_decode.cl, attention_rows.cl,
+ * attention_merge.cl) follow. */
+
+enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
+
+/* Helpers that take the kernels' structs are inlined where the compiler is clang (AMD,
+ * POCL, Mesa, oclgrind): a struct whose address reaches an out-of-line call lives in
+ * scratch memory. (NVIDIA's compiler inlines every function.) */
+#if defined(__clang__)
+#define FA_INLINE __attribute__((always_inline))
+#else
+#define FA_INLINE
+#endif
+
+#define FA_DEV_U32 uint
+#define FA_DEV_U64 ulong
+#define FA_DEV_F32 float
+#define FA_BUF_IN __global const void *
+#define FA_BUF_OUT __global void *
+#define FA_BUF_F32_OUT __global float *
+#define FA_BUF_F32_SCRATCH __global float *
+#define FA_BUF_F2_SCRATCH __global float2 *
+#define FA_BUF_I32_IN __global const int *
+#define FA_BUF_F32_IN __global const float *
+
+#define FA_IO_FIELD(kind, name) FA_BUF_##kind name;
+#define FA_PARAM_FIELD(type, name) FA_DEV_##type name;
+typedef struct { FA_BUFFERS(FA_IO_FIELD) } fa_io;
+typedef struct { FA_PARAMS(FA_PARAM_FIELD, FA_PARAM_FIELD) } fa_params;
+
+/* Every attention kernel's argument list, and the line that gathers it into io and p. */
+#define FA_BUF_ARG(kind, name) FA_BUF_##kind name,
+#define FA_PARAM_ARG(type, name) FA_DEV_##type name,
+#define FA_PARAM_LAST(type, name) FA_DEV_##type name
+#define FA_KERNEL_ARGS FA_BUFFERS(FA_BUF_ARG) FA_PARAMS(FA_PARAM_ARG, FA_PARAM_LAST)
+#define FA_NAME_OF(kind, name) name,
+#define FA_GATHER_ARGS                                                                         \
+    const fa_io io_ = {FA_BUFFERS(FA_NAME_OF)}, *io = &io_;                                  \
+    const fa_params p_ = {FA_PARAMS(FA_NAME_OF, FA_NAME_OF)}, *p = &p_
+
+/* Where one tensor's rows of one (sequence, head) lie: row t at base + t * token_stride, or,
+ * paged (K and V with FA_FLAG_PAGED), in page block_table[pages + t / page_size] at slot
+ * t % page_size. */
+typedef struct {
+    ulong base; /* element of row 0 (paged: of this head in page 0) */
+    ulong page_stride, token_stride;
+    ulong pages; /* paged: where the sequence's row of the block table starts */
+    int paged;   /* K and V of a paged cache; never q or out */
+} fa_rows;
+
+/* The one addressing helper: the element where row t starts. A block-table entry outside
+ * [0, num_pages) is clamped into it (the device cannot validate it first), so a paged row
+ * stays inside the pages the host checked the buffer holds. */
+FA_INLINE ulong fa_row(const fa_params *p, const fa_io *io, const fa_rows *r, ulong t)
+{
+    if (!r->paged)
+        return r->base + t * r->token_stride;
+    const int entry = io->block_table[r->pages + t / p->page_size];
+    const ulong page = (ulong)clamp(entry, 0, (int)p->num_pages - 1);
+    return r->base + page * r->page_stride + (t % p->page_size) * r->token_stride;
+}
+
+/* One sequence b seen by one query head h: its lengths, where its rows are, and its
+ * per-head constants. */
+typedef struct {
+    ulong b, h;
+    ulong len_q, len_kv; /* L_q(b), L_kv(b) */
+    ulong q_start;       /* packed queries: the sequence's first row */
+    long pos_offset;     /* p(i) - i = L_kv(b) - L_q(b): the query's position among the keys */
+    long causal_offset;  /* the causal rule's: 0 (top-left) or pos_offset (bottom-right) */
+    fa_rows q, k, v, o;
+} fa_seq;
+
+/* Rows [start, start + len) of a packed tensor (row 0 at base) that lie inside a buffer of
+ * limit elements, rows of dim elements: len cut so that none reaches past it. The host
+ * validated unpacked and paged extents; packed starts come from the device. */
+ulong fa_rows_inside(ulong base, ulong token_stride, ulong limit, ulong dim, ulong start, ulong len)
+{
+    if (base + dim > limit)
+        return 0;
+    const ulong rows = token_stride ? (limit - base - dim) / token_stride + 1 : start + len;
+    return start >= rows ? 0 : min(len, rows - start);
+}
+
+/* A packed sequence's first row and length from cu_seqlens (length within cap). */
+ulong fa_packed_span(__global const int *cu, ulong b, ulong cap, ulong *start)
+{
+    const long first = max(cu[b], 0);
+    *start = (ulong)first;
+    return (ulong)clamp((long)cu[b + 1] - first, 0L, (long)cap);
+}
+
+fa_rows fa_rows_at(ulong base, ulong page_stride, ulong token_stride)
+{
+    fa_rows r = {base, page_stride, token_stride, 0, 0};
+    return r;
+}
+
+FA_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong h)
+{
+    fa_seq s;
+    ulong kv_start = 0;
+    const ulong hk = h / p->group;
+    s.q_start = 0;
+    s.b = b;
+    s.h = h;
+    s.len_q = p->len_q;
+    s.len_kv = p->len_kv;
+    /* Packed tensors have batch strides of 0 (the host sees to it): start rows do the rest. */
+    s.q = fa_rows_at(p->q_offset + b * p->q_batch + h * p->q_head, 0, p->q_token);
+    s.o = fa_rows_at(p->o_offset + b * p->o_batch + h * p->o_head, 0, p->o_token);
+    s.k = fa_rows_at(p->k_offset + hk * p->k_head, p->k_batch, p->k_token);
+    s.v = fa_rows_at(p->v_offset + hk * p->v_head, p->v_batch, p->v_token);
+    if (p->flags & FA_FLAG_CU_Q) {
+        s.len_q = fa_packed_span(io->cu_seqlens_q, b, p->len_q, &s.q_start);
+        s.len_q = min(fa_rows_inside(s.q.base, p->q_token, p->q_limit, p->head_dim, s.q_start, s.len_q),
+                      fa_rows_inside(s.o.base, p->o_token, p->o_limit, p->head_dim_v, s.q_start, s.len_q));
+        s.q.base += s.q_start * p->q_token;
+        s.o.base += s.q_start * p->o_token;
+    }
+    if (p->flags & FA_FLAG_CU_KV) {
+        s.len_kv = fa_packed_span(io->cu_seqlens_kv, b, p->len_kv, &kv_start);
+        s.len_kv = min(fa_rows_inside(s.k.base, p->k_token, p->k_limit, p->head_dim, kv_start, s.len_kv),
+                       fa_rows_inside(s.v.base, p->v_token, p->v_limit, p->head_dim_v, kv_start, s.len_kv));
+    } else if (p->flags & FA_FLAG_SEQLENS_KV) {
+        s.len_kv = (ulong)clamp((long)io->seqlens_kv[b], 0L, (long)p->len_kv);
+    }
+    if (p->flags & FA_FLAG_PAGED) {
+        s.k.pages = s.v.pages = b * p->block_table_stride;
+        s.k.paged = s.v.paged = 1;
+    } else {
+        s.k.base += b * p->k_batch + kv_start * p->k_token;
+        s.v.base += b * p->v_batch + kv_start * p->v_token;
+    }
+    s.pos_offset = (long)s.len_kv - (long)s.len_q;
+    s.causal_offset = (p->flags & FA_FLAG_BOTTOM_RIGHT) ? s.pos_offset : 0;
+    return s;
+}
+
+/* The ALiBi slope of the sequence's head (0 without ALiBi). */
+float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
+{
+    return (p->flags & (FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK))
+               ? io->alibi_slopes[s->b * p->alibi_batch + s->h]
+               : 0.0f;
+}
+
+/* What step g of a kernel's grid-stride loop owns: block_q queries from q0 of one
+ * (batch, head), one key split, and the keys they visit: the split, within L_kv(b), cut
+ * where causality or the window hides every key from every query of the block. */
+typedef struct {
+    fa_seq s;
+    ulong q0, split;
+    ulong kv_begin, kv_end;
+} fa_work;
+
+fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
+{
+    fa_work w;
+    const ulong heads_total = (ulong)p->batch * p->heads_q;
+    const ulong bh = (g / p->q_tiles) % heads_total;
+    w.q0 = (g % p->q_tiles) * block_q;
+    w.split = g / (p->q_tiles * heads_total);
+    w.s = fa_sequence(p, io, bh / p->heads_q, bh % p->heads_q);
+    w.kv_begin = w.split * p->split_len;
+    w.kv_end = min(w.s.len_kv, w.kv_begin + p->split_len);
+    if (w.q0 >= w.s.len_q) {
+        w.kv_end = 0; /* no query of the block exists: nothing to visit */
+        return w;
+    }
+    const long first_q = (long)w.q0, last_q = (long)min(w.q0 + block_q, w.s.len_q) - 1;
+    long hi = (long)w.kv_end - 1, lo = (long)w.kv_begin;
+    if (p->flags & FA_FLAG_CAUSAL)
+        hi = min(hi, last_q + w.s.causal_offset);
+    if (p->flags & FA_FLAG_WINDOW) {
+        hi = min(hi, last_q + w.s.pos_offset + (long)p->window_right);
+        lo = max(lo, first_q + w.s.pos_offset - (long)p->window_left);
+    }
+    w.kv_begin = (ulong)max(lo, 0L);
+    w.kv_end = hi < lo ? w.kv_begin : (ulong)hi + 1;
+    return w;
+}
+
+/* The keys query qi may see, [x, y] (x > y: none): within the block's range, and where
+ * causality and the window allow. Constant over a kernel's walk through the keys. */
+int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
+{
+    const int2 none = (int2)(1, 0);
+    if (qi >= w->s.len_q || w->kv_begin >= w->kv_end)
+        return none;
+    const long pos = (long)qi + w->s.pos_offset; /* p(i) */
+    long lo = (long)w->kv_begin, hi = (long)w->kv_end - 1;
+    if (p->flags & FA_FLAG_CAUSAL)
+        hi = min(hi, (long)qi + w->s.causal_offset);
+    if (p->flags & FA_FLAG_WINDOW) {
+        hi = min(hi, pos + (long)p->window_right);
+        lo = max(lo, pos - (long)p->window_left);
+    }
+    return hi < lo ? none : (int2)((int)lo, (int)hi);
+}
+
+#define FA_SCORE_MODIFIERS                                                                     \
+    (FA_FLAG_SOFTCAP | FA_FLAG_ALIBI | FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)
+
+/* A visible key's score from dot = q_scale * q.k, in the contract's order: softcap, ALiBi,
+ * the mask (-inf where a boolean mask hides the key; a -inf mask entry hides it whatever
+ * the slope). */
+float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
+                        ulong kj)
+{
+    if (p->flags & FA_FLAG_SOFTCAP)
+        s = p->softcap * tanh(s);
+    const float slope = fa_slope(p, io, &w->s);
+    if (p->flags & FA_FLAG_ALIBI)
+        s -= slope * fabs((float)((long)qi + w->s.pos_offset - (long)kj));
+    if (p->flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)) {
+        const ulong at = w->s.b * p->mask_batch + w->s.h * p->mask_head + qi * p->mask_q + kj;
+        if (p->flags & FA_FLAG_MASK_BOOL)
+            return ((__global const uchar *)io->mask)[at] ? s : -INFINITY;
+        const float add = (p->flags & FA_FLAG_MASK_ADD_F16)
+                              ? vload_half(at, (__global const half *)io->mask)
+                              : ((__global const float *)io->mask)[at];
+        s += (p->flags & FA_FLAG_ALIBI_MASK) && add != -INFINITY ? slope * add : add;
+    }
+    return s;
+}
+
+/* The score of query qi (whose visible keys are vis) and key kj: -inf where hidden. */
+float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
+               ulong qi, ulong kj)
+{
+    if ((long)kj < vis.x || (long)kj > vis.y)
+        return -INFINITY;
+    return (p->flags & FA_SCORE_MODIFIERS) ? fa_modified_score(p, io, w, dot, qi, kj) : dot;
+}
+
+/* The output scale and lse of a row from its final (m, l), the sink joining the
+ * denominator: out = o * inv_d. A row with no visible key gives 0 and lse = sink (-inf
+ * without sinks), never NaN. */
+fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
+{
+    if (!(p->flags & FA_FLAG_SINKS))
+        return fcl_row_norm_from((float2)(m, l));
+    const float2 with_sink = fcl_stat_merge((float2)(m, l), (float2)(io->sinks[s->h], 1.0f));
+    fcl_row_norm n = fcl_row_norm_from(with_sink);
+    n.inv_d *= m == -INFINITY ? 0.0f : exp(m - with_sink.x); /* o was summed under max m */
+    return n;
+}
+
+/* dst[0, n) = src[at, at + n) converted to float, dst[n, cap) = 0: the storage type is
+ * decided once per row, so each copy loop is plain (and vectorised by CPU compilers). */
+void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulong at, uint n,
+                 uint cap)
+{
+    if (dtype == FCL_DTYPE_F32) {
+        __global const float *x = (__global const float *)src + at;
+        for (uint d = 0; d < n; d++)
+            dst[d] = x[d];
+    } else if (dtype == FCL_DTYPE_F16) {
+        for (uint d = 0; d < n; d++)
+            dst[d] = vload_half(at + d, (__global const half *)src);
+    } else {
+        __global const ushort *x = (__global const ushort *)src + at;
+        for (uint d = 0; d < n; d++)
+            dst[d] = as_float((uint)x[d] << 16);
+    }
+    for (uint d = n; d < cap; d++)
+        dst[d] = 0.0f;
+}
+
+/* Where a finished query row goes: with split-KV its unnormalised (o, m, l) into the
+ * partials, else o * inv_d into out (only inside out's buffer) and its lse. fa_finish_row
+ * writes the statistics (where writes_stats: one work-item of the row) and says where the
+ * row's elements go; fa_store writes one. */
+typedef struct {
+    int partial; /* write o unnormalised to partial_o[at + d] */
+    ulong at;
+    float scale; /* inv_d */
+} fa_dest;
+
+fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulong qi, float m,
+                      float l, int writes_stats)
+{
+    fa_dest dst;
+    const ulong row = (w->s.b * p->heads_q + w->s.h) * p->len_q + qi; /* of the partials */
+    dst.partial = (p->flags & FA_FLAG_PARTIAL) != 0;
+    dst.scale = 1.0f;
+    if (dst.partial) {
+        const ulong slot = row * p->splits + w->split;
+        dst.at = slot * p->head_dim_v;
+        if (writes_stats)
+            io->partial_ml[slot] = (float2)(m, l);
+        return dst;
+    }
+    const fcl_row_norm n = fa_row_norm(p, io, &w->s, m, l);
+    dst.at = fa_row(p, io, &w->s.o, qi);
+    dst.scale = n.inv_d;
+    /* lse is [batch][heads][len_q], or [heads][total] for packed queries (FlashAttention-2). */
+    ulong lse_at = row;
+    if (p->flags & FA_FLAG_CU_Q)
+        lse_at = w->s.h * (ulong)max(io->cu_seqlens_q[p->batch], 0) + w->s.q_start + qi;
+    if (writes_stats && (p->flags & FA_FLAG_LSE) && lse_at < p->lse_limit)
+        io->lse[lse_at] = n.lse;
+    return dst;
+}
+
+/* Element d of a finished row, o its unnormalised accumulator value. */
+void fa_store(const fa_params *p, const fa_io *io, fa_dest dst, ulong d, float o)
+{
+    if (dst.partial)
+        io->partial_o[dst.at + d] = o;
+    else
+        fcl_store_any(io->out, p->dtype_o, dst.at + d, o * dst.scale);
+}

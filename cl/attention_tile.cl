@@ -1,0 +1,260 @@
+/* Single-pass ("flash") attention in tiles, for one head-dim bucket (docs/ALGORITHMS.md,
+ * section 4). The host compiles this text once per bucket whose tile fits the device, after
+ *   FA_NAME  kernel name suffix (d64, d128, d256, d576)
+ *   FA_D     largest head_dim and head_dim_v of the bucket
+ *   FA_BQ    queries per tile (a multiple of FA_TQ)
+ *   FA_BK    keys per tile (a multiple of FA_TK)
+ * Needs attention_common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows
+ * of one (batch, head): the scaled Q tile stays in local memory, K and V tiles stream
+ * through one local buffer, scores live in registers and one local tile, and each row keeps
+ * its running (m, l) and an output accumulator o in float32, in the registers of the
+ * work-items that own the row's scores and output columns. The len_q x len_kv scores never
+ * reach global memory. With several key splits, each work-group writes its unnormalised
+ * partial (m, l, o) and attention_merge_splits combines them.
+ */
+#define FA_SQ (FA_BQ / FA_TQ)
+#define FA_SK (FA_BK / FA_TK)
+#define FA_SD ((FA_D + FA_TK - 1) / FA_TK)
+/* Padded local rows: a multiple of 4 floats, so the score loop reads float4s, and rows 4
+ * banks apart, so the 8 rows a warp reads at once fall in different banks. */
+#define FA_ROW (FA_D + 4)
+/* Loops over the per-work-item blocks (s, o, qv, kv, vv) carry #pragma unroll: the blocks
+ * must be registers, and an array indexed in a loop the compiler did not unroll goes to
+ * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
+
+/* tile[c][d] = factor * element d of row row0 + c of r, for c < rows and d < FA_D; zero at
+ * or past row_end or dim: the score and output loops run over all FA_D columns. The tile
+ * indices are 32-bit with FA_D a constant, and each work-item issues FA_LOAD_BATCH loads
+ * before storing any (loads that wait for one another cost a memory latency each). dtype is
+ * a constant in each call below, so no branch is left between the loads either. rows * FA_D
+ * is a multiple of the batch (tiles of 8 or more rows, FA_D >= 64). */
+#define FA_LOAD_BATCH 8
+FA_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+                                               const fa_params *p, const fa_io *io,
+                                               __global const void *src, const uint dtype,
+                                               const fa_rows *r, ulong row0,
+                                               ulong row_end, uint dim, float factor)
+{
+    for (uint e0 = get_local_id(0); e0 < rows * FA_D; e0 += FA_LOAD_BATCH * FA_TQ * FA_TK) {
+        float x[FA_LOAD_BATCH];
+        #pragma unroll
+        for (uint i = 0; i < FA_LOAD_BATCH; i++) {
+            const uint e = e0 + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
+            const int inside = row0 + c < row_end && d < dim;
+            x[i] = fcl_load_any(src, dtype, inside ? fa_row(p, io, r, row0 + c) + d : 0);
+            x[i] = inside ? factor * x[i] : 0.0f;
+        }
+        #pragma unroll
+        for (uint i = 0; i < FA_LOAD_BATCH; i++) {
+            const uint e = e0 + i * FA_TQ * FA_TK;
+            tile[e / FA_D][e % FA_D] = x[i];
+        }
+    }
+}
+
+FA_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+                                              const fa_params *p, const fa_io *io,
+                                              __global const void *src, uint dtype,
+                                              const fa_rows *r, ulong row0,
+                                              ulong row_end, uint dim, float factor)
+{
+    if (dtype == FCL_DTYPE_F32)
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F32, r, row0, row_end, dim,
+                                        factor);
+    else if (dtype == FCL_DTYPE_F16)
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F16, r, row0, row_end, dim,
+                                        factor);
+    else
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_BF16, r, row0, row_end, dim,
+                                        factor);
+}
+#undef FA_LOAD_BATCH
+
+__kernel __attribute__((reqd_work_group_size(FA_TQ * FA_TK, 1, 1)))
+void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
+{
+    FA_GATHER_ARGS;
+    __local float q_tile[FA_BQ][FA_ROW] __attribute__((aligned(16)));  /* q_scale * q */
+    __local float kv_tile[FA_BK][FA_ROW] __attribute__((aligned(16))); /* K tile, then V tile */
+    __local float p_tile[FA_BQ][FA_BK + 1];
+    __local float row_parts[FA_BQ][FA_TK + 1]; /* per row, one value per work-item column */
+    const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
+    const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
+
+    for (ulong g = get_group_id(0); g < steps; g += get_num_groups(0)) {
+        const fa_work w = fa_locate(p, io, g, FA_BQ);
+        const ulong q0 = w.q0, len_q = w.s.len_q;
+        if (q0 >= len_q)
+            continue; /* the whole group takes the same step: no barrier is skipped by some */
+
+        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, p, io, io->q, p->dtype_q, &w.s.q, q0, len_q,
+                                       (uint)p->head_dim, p->q_scale);
+        /* Each work-item keeps the running max of its rows (the same in the FA_TK work-items
+         * of a row) and the sum over its own columns; the sums are added up at the end. */
+        float m_run[FA_SQ], l_own[FA_SQ];
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++) {
+            m_run[i] = -INFINITY;
+            l_own[i] = 0.0f;
+        }
+        float o[FA_SQ][FA_SD];
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++)
+            #pragma unroll
+            for (uint j = 0; j < FA_SD; j++)
+                o[i][j] = 0.0f;
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_BK) {
+            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, k0,
+                                           w.kv_end, (uint)p->head_dim, 1.0f);
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            /* Scores of this work-item's FA_SQ x FA_SK block, then the modifiers. */
+            float s[FA_SQ][FA_SK];
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++)
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++)
+                    s[i][j] = 0.0f;
+            /* All FA_D columns (the tiles are zero past head_dim), 4 at a time: one float4
+             * read from local memory feeds 4 FMAs per partner, and the constant trip count
+             * lets the compiler unroll. The columns are added in order, as one at a time. */
+            #pragma unroll 2
+            for (uint d4 = 0; d4 < FA_D / 4; d4++) {
+                float4 qv[FA_SQ], kv[FA_SK];
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++)
+                    qv[i] = ((__local const float4 *)q_tile[tq + i * FA_TQ])[d4];
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++)
+                    kv[j] = ((__local const float4 *)kv_tile[tk + j * FA_TK])[d4];
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++)
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SK; j++) {
+                        float acc = fma(qv[i].x, kv[j].x, s[i][j]);
+                        acc = fma(qv[i].y, kv[j].y, acc);
+                        acc = fma(qv[i].z, kv[j].z, acc);
+                        s[i][j] = fma(qv[i].w, kv[j].w, acc);
+                    }
+            }
+            /* Each row's visible keys, recomputed per tile (a few operations) rather than
+             * kept in registers the accumulators need. */
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++) {
+                const int2 vis = fa_visible_keys(p, &w, q0 + tq + i * FA_TQ);
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++) {
+                    const long kj = (long)(k0 + tk + j * FA_TK);
+                    s[i][j] = kj < vis.x || kj > vis.y ? -INFINITY : s[i][j];
+                }
+            }
+            /* Softcap, ALiBi and the mask through this work-item's own cells of p_tile, in
+             * a loop that is not unrolled: one copy of their code, not one per score held
+             * in registers. */
+            if (p->flags & FA_SCORE_MODIFIERS) {
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++)
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SK; j++)
+                        p_tile[tq + i * FA_TQ][tk + j * FA_TK] = s[i][j];
+                #pragma unroll 1
+                for (uint e = 0; e < FA_SQ * FA_SK; e++) {
+                    const uint r = tq + (e / FA_SK) * FA_TQ, c = tk + (e % FA_SK) * FA_TK;
+                    const float x = p_tile[r][c];
+                    if (x != -INFINITY)
+                        p_tile[r][c] = fa_modified_score(p, io, &w, x, q0 + r, k0 + c);
+                }
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++)
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SK; j++)
+                        s[i][j] = p_tile[tq + i * FA_TQ][tk + j * FA_TK];
+            }
+
+            /* Online statistics (docs/ALGORITHMS.md section 4), spread over all work-items:
+             * the row max from the FA_TK parts of each row, then p = exp(s - m) for this
+             * work-item's own scores into p_tile. -inf (masked) gives p = 0, also when the
+             * whole row is still -inf; a NaN score stays NaN and spreads through l and o. */
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++) {
+                float part = -INFINITY;
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++)
+                    part = fmax(part, s[i][j]);
+                row_parts[tq + i * FA_TQ][tk] = part;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            float alpha[FA_SQ];
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++) {
+                const uint r = tq + i * FA_TQ;
+                float m_new = m_run[i], sum = 0.0f;
+                for (uint t = 0; t < FA_TK; t++)
+                    m_new = fmax(m_new, row_parts[r][t]);
+                alpha[i] = m_new == -INFINITY ? 1.0f : exp(m_run[i] - m_new);
+                m_run[i] = m_new;
+                #pragma unroll
+                for (uint j = 0; j < FA_SK; j++) {
+                    float e = s[i][j] == -INFINITY ? 0.0f : exp(s[i][j] - m_new);
+                    p_tile[r][tk + j * FA_TK] = e;
+                    sum += e;
+                }
+                l_own[i] = l_own[i] * alpha[i] + sum;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* p_tile is whole; every read of the K tile is done */
+
+            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, k0,
+                                           w.kv_end, (uint)p->head_dim_v, 1.0f);
+            barrier(CLK_LOCAL_MEM_FENCE);
+
+            #pragma unroll
+            for (uint i = 0; i < FA_SQ; i++)
+                #pragma unroll
+                for (uint j = 0; j < FA_SD; j++)
+                    o[i][j] *= alpha[i];
+            for (uint c = 0; c < FA_BK; c++) {
+                float vv[FA_SD];
+                #pragma unroll
+                for (uint j = 0; j < FA_SD; j++)
+                    vv[j] = tk + j * FA_TK < FA_D ? kv_tile[c][tk + j * FA_TK] : 0.0f;
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++) {
+                    float e = p_tile[tq + i * FA_TQ][c];
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SD; j++)
+                        o[i][j] = fma(e, vv[j], o[i][j]);
+                }
+            }
+            barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kv_tile and p_tile */
+        }
+
+        /* l of each row: the sum of its FA_TK work-items' parts. */
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++)
+            row_parts[tq + i * FA_TQ][tk] = l_own[i];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        #pragma unroll
+        for (uint i = 0; i < FA_SQ; i++) {
+            const uint r = tq + i * FA_TQ;
+            const ulong qi = q0 + r;
+            if (qi >= len_q)
+                continue;
+            float l = 0.0f;
+            for (uint t = 0; t < FA_TK; t++)
+                l += row_parts[r][t];
+            const fa_dest dst = fa_finish_row(p, io, &w, qi, m_run[i], l, tk == 0);
+            #pragma unroll
+            for (uint j = 0; j < FA_SD; j++)
+                if (tk + j * FA_TK < p->head_dim_v)
+                    fa_store(p, io, dst, tk + j * FA_TK, o[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the next tile of this group reuses the local tiles */
+    }
+}
+
+#undef FA_SQ
+#undef FA_SK
+#undef FA_SD
+#undef FA_ROW

@@ -1,0 +1,693 @@
+/* Attention on an inference engine's own buffers (the v0.2 contract): views, per-sequence
+ * lengths, packed (varlen) and paged sequences, softcap, ALiBi, windows, sinks, MLA head
+ * sizes and merging, each alone and combined, on the default device (POCL in CI; the
+ * attention_v2_gpu_like test runs the GPU kernels there) against the float64 reference.
+ * Every run also checks that nothing outside out's view (and lse's rows) was written and
+ * that no input changed. */
+#include "support.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SENTINEL 777.0f /* what out and lse hold where nothing may be written */
+
+/* A host call to check: desc and io as the caller gives them, with the element counts of
+ * the buffers it allocated (out_n and lse_n: the whole out and lse arrays). */
+typedef struct attention_run {
+    fcl_attention_desc d;
+    fcl_attention_host_io io;
+    size_t q_n, k_n, v_n, mask_n, out_n, lse_n;
+} attention_run;
+
+static void *tensor(size_t n, fcl_dtype t)
+{
+    void *p = chk_random_tensor(n ? n : 1, t, support_rng());
+    assert_non_null(p);
+    return p;
+}
+
+static void *copy_of(const void *p, size_t bytes)
+{
+    if (!p)
+        return NULL;
+    void *c = malloc(bytes ? bytes : 1);
+    assert_non_null(c);
+    memcpy(c, p, bytes);
+    return c;
+}
+
+static size_t mask_bytes_per(fcl_mask_type t)
+{
+    return t == FCL_MASK_BOOL_U8 ? 1 : t == FCL_MASK_ADD_F16 ? 2 : 4;
+}
+
+static size_t total_of(const int32_t *cu, size_t batch) { return cu ? (size_t)cu[batch] : 0; }
+
+/* lse index of query i of (b, h). */
+static size_t lse_index(const attention_run *r, const chk_attention_where *w, size_t b, size_t h,
+                        size_t i)
+{
+    if (r->io.cu_seqlens_q)
+        return h * total_of(r->io.cu_seqlens_q, r->d.batch) + w->q_start + i;
+    return (b * r->d.heads_q + h) * r->d.len_q + i;
+}
+
+/* Runs r through fcl_attention_run_host and checks every row of every sequence against the
+ * reference, the untouched parts of out and lse, and the inputs. */
+static void check_run(attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    const size_t so = chk_dtype_size(d.dtype_o);
+    void *out = malloc(r->out_n * so);
+    float *lse = malloc((r->lse_n ? r->lse_n : 1) * sizeof(float));
+    unsigned char *written = calloc(r->out_n, 1), *lse_written = calloc(r->lse_n + 1, 1);
+    assert_true(out && lse && written && lse_written);
+    for (size_t e = 0; e < r->out_n; e++)
+        chk_store(out, d.dtype_o, e, SENTINEL);
+    for (size_t e = 0; e < r->lse_n; e++)
+        lse[e] = SENTINEL;
+    const size_t sq = chk_dtype_size(d.dtype_q), skv = chk_dtype_size(d.dtype_kv);
+    void *q0 = copy_of(r->io.q, r->q_n * sq), *k0 = copy_of(r->io.k, r->k_n * skv);
+    void *v0 = copy_of(r->io.v, r->v_n * skv);
+    void *m0 = copy_of(r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
+
+    fcl_attention_host_io io = r->io;
+    io.out = out;
+    io.lse = r->lse_n ? lse : NULL;
+    fcl_status s = fcl_attention_run_host(support_ctx, &r->d, &io);
+    if (s != FCL_SUCCESS)
+        fail_msg("fcl_attention_run_host: %s: %s", fcl_status_string(s),
+                 fcl_context_last_error(support_ctx));
+
+    size_t rows = 0;
+    for (size_t b = 0; b < d.batch; b++)
+        rows += chk_attention_locate(&d, &io, b).len_q * d.heads_q;
+    double *got = calloc(rows * d.head_dim_v + 1, sizeof(double));
+    double *want = calloc(rows * d.head_dim_v + 1, sizeof(double));
+    double *got_lse = calloc(rows + 1, sizeof(double)), *want_lse = calloc(rows + 1, sizeof(double));
+    assert_true(got && want && got_lse && want_lse);
+    size_t n = 0;
+    for (size_t b = 0; b < d.batch; b++) {
+        const chk_attention_where w = chk_attention_locate(&d, &io, b);
+        for (size_t h = 0; h < d.heads_q; h++)
+            for (size_t i = 0; i < w.len_q; i++, n++) {
+                size_t at = chk_attention_q_at(&d, &io, 1, b, h, i);
+                assert_true(at + d.head_dim_v <= r->out_n);
+                for (size_t e = 0; e < d.head_dim_v; e++) {
+                    got[n * d.head_dim_v + e] = chk_load(out, d.dtype_o, at + e);
+                    written[at + e] = 1;
+                }
+                chk_attention_row_io(&d, &io, b, h, i, want + n * d.head_dim_v, &want_lse[n]);
+                if (r->lse_n) {
+                    size_t li = lse_index(r, &w, b, h, i);
+                    assert_true(li < r->lse_n);
+                    got_lse[n] = lse[li];
+                    lse_written[li] = 1;
+                } else {
+                    got_lse[n] = want_lse[n];
+                }
+            }
+    }
+    chk_report rep;
+    if (!chk_compare_values(got, want, rows * d.head_dim_v, chk_attention_tolerance(&d), &rep))
+        fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
+                 "(%zu, %zu) page %zu types %d%d%d splits %zu: %zu of %zu off, first %zu (row %zu) "
+                 "got %.7g want %.7g, max|err| %.3g NMSE %.3g",
+                 d.batch, d.heads_q, d.heads_kv, d.len_q, d.len_kv, d.head_dim, d.head_dim_v,
+                 d.causal, d.mask_type, (double)d.softcap, d.window, d.window_left, d.window_right,
+                 d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.kv_splits, rep.bad, rep.checked,
+                 rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
+                 rep.nmse);
+    chk_tolerance lse_tol = {1e-5, 1e-5, 1.0};
+    if (!chk_compare_values(got_lse, want_lse, rows, lse_tol, &rep))
+        fail_msg("lse row %zu: got %.9g want %.9g", rep.first_bad, rep.got, rep.want);
+    for (size_t e = 0; e < r->out_n; e++)
+        if (!written[e] && chk_load(out, d.dtype_o, e) != SENTINEL)
+            fail_msg("out[%zu], outside out's view, was written (%g)", e,
+                     (double)chk_load(out, d.dtype_o, e));
+    for (size_t e = 0; e < r->lse_n; e++)
+        if (!lse_written[e] && lse[e] != SENTINEL)
+            fail_msg("lse[%zu], no row's, was written (%g)", e, (double)lse[e]);
+    assert_memory_equal(q0, r->io.q, r->q_n * sq);
+    assert_memory_equal(k0, r->io.k, r->k_n * skv);
+    assert_memory_equal(v0, r->io.v, r->v_n * skv);
+    if (m0)
+        assert_memory_equal(m0, r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
+    free(q0), free(k0), free(v0), free(m0), free(out), free(lse), free(written);
+    free(lse_written), free(got), free(want), free(got_lse), free(want_lse);
+}
+
+/* Contiguous q, k, v (in layout, with capacities len_q and len_kv) and out, lse for r->d. */
+static void contiguous_inputs(attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    r->q_n = d.batch * d.heads_q * d.len_q * d.head_dim;
+    r->k_n = d.batch * d.heads_kv * d.len_kv * d.head_dim;
+    r->v_n = d.batch * d.heads_kv * d.len_kv * d.head_dim_v;
+    r->out_n = d.batch * d.heads_q * d.len_q * d.head_dim_v;
+    r->lse_n = d.batch * d.heads_q * d.len_q;
+    r->io.q = tensor(r->q_n, d.dtype_q);
+    r->io.k = tensor(r->k_n, d.dtype_kv);
+    r->io.v = tensor(r->v_n, d.dtype_kv);
+}
+
+static void free_inputs(attention_run *r)
+{
+    free((void *)r->io.q);
+    if (r->io.v != r->io.k)
+        free((void *)r->io.v);
+    free((void *)r->io.k);
+    free((void *)r->io.mask);
+}
+
+/* An additive mask [batch][heads][len_q][len_kv] with -inf blocks, every 4th row hidden
+ * whole; f16 or f32. */
+static void *additive_mask(attention_run *r, fcl_mask_type type)
+{
+    fcl_attention_desc *d = &r->d;
+    d->mask_type = type;
+    d->mask_stride_q = d->len_kv;
+    d->mask_stride_head = d->len_q * d->len_kv;
+    d->mask_stride_batch = d->heads_q * d->len_q * d->len_kv;
+    r->mask_n = d->batch * d->heads_q * d->len_q * d->len_kv;
+    void *m = malloc(r->mask_n * mask_bytes_per(type));
+    assert_non_null(m);
+    for (size_t e = 0; e < r->mask_n; e++) {
+        size_t i = (e / d->len_kv) % d->len_q, j = e % d->len_kv;
+        float x = i % 4 == 3 || j % 5 == 2 ? -INFINITY : (float)chk_normal(support_rng());
+        if (type == FCL_MASK_ADD_F16)
+            ((uint16_t *)m)[e] = chk_float_to_half(x);
+        else
+            ((float *)m)[e] = x;
+    }
+    r->io.mask = m;
+    return m;
+}
+
+/* ---- views ---- */
+
+/* q, k and v as slices of one packed QKV buffer [batch][len][heads_q + 2 heads_kv][dim], out
+ * written into a wider [batch][len][heads_q + 1][dim + 8] tensor at an offset. */
+static void test_fused_qkv_and_wide_out(void **state)
+{
+    (void)state;
+    for (int dt = 0; dt < 2; dt++) {
+        attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 37, .len_kv = 37,
+                                 .head_dim = 64, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                 .dtype_q = (fcl_dtype)dt, .dtype_kv = (fcl_dtype)dt,
+                                 .dtype_o = (fcl_dtype)dt}};
+        const size_t H = 4, Hkv = 2, L = 37, D = 64, row = (H + 2 * Hkv) * D;
+        r.q_n = r.k_n = r.v_n = 2 * L * row;
+        void *qkv = tensor(r.q_n, (fcl_dtype)dt);
+        r.io.q = r.io.k = r.io.v = qkv;
+        r.d.q_view = (fcl_tensor_view){0, L * row, D, row};
+        r.d.k_view = (fcl_tensor_view){H * D, L * row, D, row};
+        r.d.v_view = (fcl_tensor_view){(H + Hkv) * D, L * row, D, row};
+        const size_t wide = (H + 1) * (D + 8);
+        r.d.o_view = (fcl_tensor_view){3, L * wide, D + 8, wide};
+        r.out_n = 3 + 2 * L * wide;
+        r.lse_n = 2 * H * L;
+        check_run(&r);
+        r.d.len_q = 1; /* decoding the first token of each sequence */
+        r.lse_n = 2 * H;
+        check_run(&r);
+        free(qkv);
+    }
+}
+
+/* ---- per-sequence lengths ---- */
+
+static void test_seqlens_kv(void **state)
+{
+    (void)state;
+    static const int32_t lens[4] = {0, 300, 1, 157};
+    static const size_t len_q[3] = {1, 3, 40};
+    for (int c = 0; c < 3; c++)
+        for (size_t splits = 0; splits <= 3; splits += 3) {
+            attention_run r = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 1, .len_q = len_q[c],
+                                     .len_kv = 300, .head_dim = 64, .kv_splits = splits,
+                                     .causal = c == 2 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE}};
+            contiguous_inputs(&r);
+            r.io.seqlens_kv = lens;
+            check_run(&r);
+            free_inputs(&r);
+        }
+}
+
+/* ---- paged K/V ---- */
+
+/* A paged cache of the sequences' lengths, pages dealt in shuffled order with spare pages
+ * between them; NHD ([pages][page_size][heads][dim], layout BLHD) or HND (BHLD). */
+static void paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out)
+{
+    fcl_attention_desc *d = &r->d;
+    const fcl_attention_desc full = chk_attention_defaults(*d);
+    size_t ps = d->page_size, per_seq = (d->len_kv + ps - 1) / ps;
+    d->block_table_stride = per_seq + 1;
+    d->num_pages = d->batch * per_seq + 3;
+    int32_t *table = malloc(d->batch * d->block_table_stride * sizeof(int32_t));
+    int32_t *order = malloc(d->num_pages * sizeof(int32_t));
+    assert_true(table && order);
+    for (size_t p = 0; p < d->num_pages; p++)
+        order[p] = (int32_t)p;
+    for (size_t p = d->num_pages - 1; p > 0; p--) {
+        size_t o = (size_t)(chk_uniform(support_rng()) * (double)(p + 1));
+        int32_t t = order[p];
+        order[p] = order[o];
+        order[o] = t;
+    }
+    for (size_t e = 0; e < d->batch * d->block_table_stride; e++)
+        table[e] = -7; /* entries no length reaches are never read */
+    size_t next = 0;
+    for (size_t b = 0; b < d->batch; b++)
+        for (size_t p = 0; p < (size_t)(lens ? (lens[b] + (int32_t)ps - 1) / (int32_t)ps : (int32_t)per_seq); p++)
+            table[b * d->block_table_stride + p] = order[next++];
+    free(order);
+    r->io.block_table = table;
+    r->io.seqlens_kv = lens;
+    r->q_n = full.batch * full.heads_q * full.len_q * full.head_dim;
+    r->k_n = d->num_pages * ps * full.heads_kv * full.head_dim;
+    r->v_n = d->num_pages * ps * full.heads_kv * full.head_dim_v;
+    r->out_n = full.batch * full.heads_q * full.len_q * full.head_dim_v;
+    r->lse_n = full.batch * full.heads_q * full.len_q;
+    r->io.q = tensor(r->q_n, full.dtype_q);
+    r->io.k = tensor(r->k_n, full.dtype_kv);
+    r->io.v = tensor(r->v_n, full.dtype_kv);
+    *table_out = table;
+}
+
+static void test_paged(void **state)
+{
+    (void)state;
+    static const int32_t lens[3] = {100, 0, 37};
+    static const size_t page_sizes[3] = {1, 16, 17};
+    for (int ps = 0; ps < 3; ps++)
+        for (int layout = 0; layout < 2; layout++)
+            for (size_t len_q = 1; len_q <= 5; len_q += 4) {
+                attention_run r = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = len_q,
+                                         .len_kv = 100, .head_dim = 64, .page_size = page_sizes[ps],
+                                         .layout = (fcl_layout)layout, .dtype_kv = FCL_DTYPE_F16,
+                                         .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
+                int32_t *table;
+                paged_inputs(&r, lens, &table);
+                check_run(&r);
+                r.d.kv_splits = 4;
+                check_run(&r);
+                free_inputs(&r);
+                free(table);
+            }
+}
+
+/* ---- packed (varlen) sequences ---- */
+
+static void test_varlen(void **state)
+{
+    (void)state;
+    static const int32_t cu_q[5] = {0, 5, 5, 17, 20}, cu_kv[5] = {0, 9, 9, 39, 42};
+    for (int causal = 0; causal <= 2; causal++)
+        for (size_t splits = 1; splits <= 2; splits++) {
+            attention_run r = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
+                                     .len_kv = 30, .head_dim = 48, .causal = (fcl_causal)causal,
+                                     .kv_splits = splits}};
+            r.io.cu_seqlens_q = cu_q;
+            r.io.cu_seqlens_kv = cu_kv;
+            r.q_n = 20 * 4 * 48;
+            r.out_n = r.q_n;
+            r.k_n = r.v_n = 42 * 2 * 48;
+            r.lse_n = 4 * 20;
+            r.io.q = tensor(r.q_n, FCL_DTYPE_F32);
+            r.io.k = tensor(r.k_n, FCL_DTYPE_F32);
+            r.io.v = tensor(r.v_n, FCL_DTYPE_F32);
+            check_run(&r);
+            /* Packed queries over a padded cache with per-sequence lengths. */
+            static const int32_t lens[4] = {9, 0, 30, 3};
+            free((void *)r.io.k), free((void *)r.io.v);
+            r.io.cu_seqlens_kv = NULL;
+            r.io.seqlens_kv = lens;
+            r.k_n = r.v_n = 4 * 30 * 2 * 48;
+            r.io.k = tensor(r.k_n, FCL_DTYPE_F32);
+            r.io.v = tensor(r.v_n, FCL_DTYPE_F32);
+            check_run(&r);
+            free_inputs(&r);
+        }
+}
+
+/* ---- score modifiers ---- */
+
+static void test_softcap(void **state)
+{
+    (void)state;
+    static const float caps[2] = {30.0f, 1.5f};
+    for (int c = 0; c < 2; c++)
+        for (int causal = 0; causal <= 2; causal++) {
+            attention_run r = {.d = {.batch = 2, .heads_q = 2, .len_q = 33, .len_kv = 70,
+                                     .head_dim = 64, .softcap = caps[c], .scale = 0.5f,
+                                     .causal = (fcl_causal)causal}};
+            contiguous_inputs(&r);
+            additive_mask(&r, FCL_MASK_ADD_F32);
+            check_run(&r);
+            free_inputs(&r);
+        }
+}
+
+static void test_alibi(void **state)
+{
+    (void)state;
+    float slopes[2 * 8];
+    assert_int_equal(fcl_alibi_slopes(8, 8.0f, slopes), FCL_SUCCESS);
+    assert_true(fabs(slopes[0] - 0.5) < 1e-7 && fabs(slopes[7] - 1.0 / 256) < 1e-9);
+    float odd[6];
+    assert_int_equal(fcl_alibi_slopes(6, 8.0f, odd), FCL_SUCCESS); /* n = 4: m1 for h >= 4 */
+    assert_true(fabs(odd[4] - pow(2.0, -1.0)) < 1e-7 && fabs(odd[5] - pow(2.0, -3.0)) < 1e-7);
+    for (size_t h = 0; h < 8; h++)
+        slopes[8 + h] = 0.1f * (float)(h + 1); /* a second batch's own slopes */
+    for (int per_batch = 0; per_batch < 2; per_batch++)
+        for (size_t len_q = 2; len_q <= 20; len_q += 18) {
+            attention_run r = {.d = {.batch = 2, .heads_q = 8, .heads_kv = 4, .len_q = len_q,
+                                     .len_kv = 50, .head_dim = 32,
+                                     .alibi_slopes_batch_stride = per_batch ? 8 : 0,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
+            contiguous_inputs(&r);
+            r.io.alibi_slopes = slopes;
+            check_run(&r);
+            r.d.causal = FCL_CAUSAL_NONE;
+            check_run(&r);
+            /* ggml's max_bias convention: the slope scales a float16 mask of positions. */
+            r.d.alibi_from_mask = 1;
+            uint16_t *m = additive_mask(&r, FCL_MASK_ADD_F16);
+            for (size_t e = 0; e < r.mask_n; e++)
+                if (m[e] != chk_float_to_half(-INFINITY))
+                    m[e] = chk_float_to_half(-(float)((e % 50) % 13));
+            check_run(&r);
+            free_inputs(&r);
+        }
+}
+
+static void test_window(void **state)
+{
+    (void)state;
+    static const size_t sides[][2] = {{3, 0}, {FCL_WINDOW_UNBOUNDED, 2}, {0, 0}, {5, 5},
+                                      {0, FCL_WINDOW_UNBOUNDED}};
+    static const size_t shapes[][2] = {{40, 40}, {20, 60}, {60, 20}, {1, 80}};
+    for (int w = 0; w < 5; w++)
+        for (int s = 0; s < 4; s++) {
+            attention_run r = {.d = {.batch = 1, .heads_q = 2, .len_q = shapes[s][0],
+                                     .len_kv = shapes[s][1], .head_dim = 32, .window = 1,
+                                     .window_left = sides[w][0], .window_right = sides[w][1],
+                                     .causal = w == 0 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
+                                     .kv_splits = (size_t)(s % 2 + 1) * 2 - 1}};
+            contiguous_inputs(&r);
+            check_run(&r); /* len_q > len_kv: early queries' windows hold no key at all */
+            free_inputs(&r);
+        }
+}
+
+static void test_sinks(void **state)
+{
+    (void)state;
+    static const float sinks[4] = {0.5f, -3.0f, 4.0f, -INFINITY};
+    for (size_t len_q = 1; len_q <= 45; len_q += 44)
+        for (size_t splits = 1; splits <= 3; splits += 2) {
+            attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
+                                     .len_kv = 90, .head_dim = 64, .kv_splits = splits}};
+            contiguous_inputs(&r);
+            additive_mask(&r, FCL_MASK_ADD_F32); /* every 4th row hidden: out 0, lse = sink */
+            r.io.sinks = sinks;
+            check_run(&r);
+            free_inputs(&r);
+        }
+}
+
+/* ---- head sizes ---- */
+
+/* DeepSeek's MLA: head_dim 576, head_dim_v 512, V the first 512 dims of K's rows (one
+ * buffer, one view), one kv head; and the in-between sizes 80 and 96. */
+static void test_mla_and_head_sizes(void **state)
+{
+    (void)state;
+    for (size_t len_q = 1; len_q <= 10; len_q += 9) {
+        attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 1, .len_q = len_q,
+                                 .len_kv = 37, .head_dim = 576, .head_dim_v = 512,
+                                 .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_kv = FCL_DTYPE_F16}};
+        contiguous_inputs(&r);
+        free((void *)r.io.v);
+        r.io.v = r.io.k;
+        r.v_n = r.k_n;
+        r.d.v_view = (fcl_tensor_view){0, 37 * 576, 37 * 576, 576}; /* K's strides */
+        check_run(&r);
+        free_inputs(&r);
+    }
+    static const size_t dims[2] = {80, 96};
+    for (int i = 0; i < 2; i++) {
+        attention_run r = {.d = {.batch = 1, .heads_q = 2, .len_q = 19, .len_kv = 41,
+                                 .head_dim = dims[i]}};
+        contiguous_inputs(&r);
+        check_run(&r);
+        free_inputs(&r);
+    }
+}
+
+/* ---- everything at once ---- */
+
+static void test_combined(void **state)
+{
+    (void)state;
+    static const int32_t lens[2] = {61, 23};
+    static const float sinks[4] = {1.0f, -1.0f, 0.0f, 2.0f};
+    float slopes[4];
+    assert_int_equal(fcl_alibi_slopes(4, 8.0f, slopes), FCL_SUCCESS);
+    for (int dt = 0; dt < 3; dt++)
+        for (size_t len_q = 2; len_q <= 9; len_q += 7) {
+            attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
+                                     .len_kv = 64, .head_dim = 64, .page_size = 16,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .softcap = 20.0f,
+                                     .window = 1, .window_left = 20, .kv_splits = 3,
+                                     .dtype_q = (fcl_dtype)dt, .dtype_kv = (fcl_dtype)dt,
+                                     .dtype_o = (fcl_dtype)dt}};
+            int32_t *table;
+            paged_inputs(&r, lens, &table);
+            additive_mask(&r, FCL_MASK_ADD_F16);
+            r.io.sinks = sinks;
+            r.io.alibi_slopes = slopes;
+            check_run(&r);
+            free_inputs(&r);
+            free(table);
+        }
+}
+
+/* ---- merging ---- */
+
+static void test_merge(void **state)
+{
+    (void)state;
+    const size_t rows = 37, dim = 24, n = rows * dim;
+    cl_context c;
+    cl_command_queue queue;
+    assert_int_equal(fcl_context_get_cl(support_ctx, &c, NULL, &queue), FCL_SUCCESS);
+    float *outs[3], *lses[3];
+    cl_mem out_bufs[3], lse_bufs[3];
+    for (int p = 0; p < 3; p++) {
+        outs[p] = tensor(n, FCL_DTYPE_F32);
+        lses[p] = tensor(rows, FCL_DTYPE_F32);
+        for (size_t r = 0; r < rows; r++) /* -inf parts: every 3rd row of part p */
+            if (r % 3 == (size_t)p || r % 7 == 0)
+                lses[p][r] = -INFINITY;
+    }
+    for (size_t n_parts = 1; n_parts <= 3; n_parts++)
+        for (int in_place = 0; in_place < 2; in_place++) {
+            cl_int err = CL_SUCCESS;
+            for (size_t p = 0; p < n_parts; p++) {
+                out_bufs[p] = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                             n * sizeof(float), outs[p], &err);
+                lse_bufs[p] = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                             rows * sizeof(float), lses[p], &err);
+            }
+            cl_mem out = in_place ? out_bufs[n_parts - 1]
+                                  : clCreateBuffer(c, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
+            cl_mem lse = in_place ? NULL : clCreateBuffer(c, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err);
+            assert_int_equal(err, CL_SUCCESS);
+            cl_event done;
+            fcl_status s = fcl_attention_merge(support_ctx, n_parts, rows, dim, out_bufs, lse_bufs,
+                                               out, lse, 0, NULL, &done);
+            if (s != FCL_SUCCESS)
+                fail_msg("fcl_attention_merge: %s", fcl_context_last_error(support_ctx));
+            float got[37 * 24], got_lse[37];
+            assert_int_equal(clEnqueueReadBuffer(queue, out, CL_TRUE, 0, sizeof got, got, 1, &done, NULL),
+                             CL_SUCCESS);
+            if (lse)
+                assert_int_equal(clEnqueueReadBuffer(queue, lse, CL_TRUE, 0, sizeof got_lse, got_lse,
+                                                     0, NULL, NULL), CL_SUCCESS);
+            clReleaseEvent(done);
+            for (size_t r = 0; r < rows; r++) {
+                double m = -INFINITY, sum = 0.0;
+                for (size_t p = 0; p < n_parts; p++)
+                    m = lses[p][r] > m ? lses[p][r] : m;
+                for (size_t p = 0; p < n_parts && m > -INFINITY; p++)
+                    sum += exp(lses[p][r] - m);
+                double want_lse = m == -INFINITY ? -INFINITY : m + log(sum);
+                if (lse && !(got_lse[r] == want_lse || fabs(got_lse[r] - want_lse) <= 1e-5 * (1 + fabs(want_lse))))
+                    fail_msg("merged lse row %zu: got %g want %g", r, (double)got_lse[r], want_lse);
+                for (size_t e = 0; e < dim; e++) {
+                    double want = 0.0;
+                    for (size_t p = 0; p < n_parts && m > -INFINITY; p++)
+                        want += exp(lses[p][r] - m) / sum * outs[p][r * dim + e];
+                    if (fabs(got[r * dim + e] - want) > 2e-6 * (1 + fabs(want)))
+                        fail_msg("merged row %zu of %zu parts (in place %d): got %g want %g", r,
+                                 n_parts, in_place, (double)got[r * dim + e], want);
+                }
+            }
+            for (size_t p = 0; p < n_parts; p++)
+                clReleaseMemObject(out_bufs[p]), clReleaseMemObject(lse_bufs[p]);
+            if (!in_place)
+                clReleaseMemObject(out), clReleaseMemObject(lse);
+        }
+    for (int p = 0; p < 3; p++)
+        free(outs[p]), free(lses[p]);
+}
+
+/* ---- bad input ---- */
+
+static void test_bad_indices_and_features(void **state)
+{
+    (void)state;
+    float q[4 * 8 * 8] = {0}, k[4 * 8 * 8] = {0}, out[4 * 8 * 8], lse[64];
+    int32_t lens[2] = {3, 9}, cu[3] = {0, 2, 1}, table[4] = {0, 1, 2, 5};
+    const float slopes[2] = {1, 1};
+    const fcl_attention_desc ok = {.batch = 2, .heads_q = 2, .len_q = 4, .len_kv = 8, .head_dim = 8};
+    fcl_attention_desc d;
+    fcl_attention_host_io io;
+#define EXPECT_REJECTED(needle)                                                                 \
+    do {                                                                                       \
+        for (int i = 0; i < 4 * 8 * 8; i++)                                                    \
+            out[i] = 5.0f;                                                                     \
+        io.q = q, io.k = io.v = k, io.out = out, io.lse = lse;                                 \
+        assert_int_equal(fcl_attention_run_host(support_ctx, &d, &io), FCL_ERROR_INVALID_ARGUMENT); \
+        if (!strstr(fcl_context_last_error(support_ctx), (needle)))                            \
+            fail_msg("\"%s\" does not name %s", fcl_context_last_error(support_ctx), (needle)); \
+        for (int i = 0; i < 4 * 8 * 8; i++)                                                    \
+            assert_true(out[i] == 5.0f);                                                       \
+    } while (0)
+    d = ok, io = (fcl_attention_host_io){.seqlens_kv = lens};
+    EXPECT_REJECTED("seqlens_kv[1] (9) must be between 0 and len_kv (8)");
+    d = ok, io = (fcl_attention_host_io){.cu_seqlens_q = cu};
+    EXPECT_REJECTED("cu_seqlens_q[2] (1) is smaller than cu_seqlens_q[1] (2)");
+    cu[0] = 1;
+    d = ok, io = (fcl_attention_host_io){.cu_seqlens_kv = cu};
+    EXPECT_REJECTED("cu_seqlens_kv[0] (1) must be 0");
+    cu[0] = 0, cu[2] = 7;
+    d = ok, io = (fcl_attention_host_io){.cu_seqlens_q = cu};
+    EXPECT_REJECTED("sequence 1 of cu_seqlens_q has 5 tokens, more than len_q (4)");
+    d = ok, d.page_size = 4, d.num_pages = 4, d.block_table_stride = 2;
+    io = (fcl_attention_host_io){.block_table = table};
+    EXPECT_REJECTED("block_table[3] (5, page 1 of sequence 1) must be a page between 0 and "
+                    "num_pages - 1 (3)");
+    d.block_table_stride = 1;
+    EXPECT_REJECTED("block_table_stride (1) is smaller than the 2 pages");
+    d = ok, io = (fcl_attention_host_io){.block_table = table};
+    EXPECT_REJECTED("a block_table was given but page_size is 0");
+    d = ok, d.page_size = 4, d.num_pages = 4, d.block_table_stride = 2;
+    io = (fcl_attention_host_io){0};
+    EXPECT_REJECTED("page_size is 4 but block_table is NULL");
+    d.num_pages = 0, io = (fcl_attention_host_io){.block_table = table};
+    EXPECT_REJECTED("num_pages (0)");
+    d = ok, io = (fcl_attention_host_io){.seqlens_kv = lens, .cu_seqlens_kv = cu};
+    EXPECT_REJECTED("seqlens_kv and cu_seqlens_kv are both given");
+    d = ok, d.alibi_from_mask = 1, io = (fcl_attention_host_io){0};
+    EXPECT_REJECTED("alibi_from_mask is set but alibi_slopes is NULL");
+    d = ok, d.alibi_from_mask = 1, d.mask_type = FCL_MASK_BOOL_U8;
+    io = (fcl_attention_host_io){.alibi_slopes = slopes, .mask = q};
+    EXPECT_REJECTED("alibi_from_mask needs an additive mask");
+    d = ok, d.alibi_slopes_batch_stride = 1, io = (fcl_attention_host_io){.alibi_slopes = slopes};
+    EXPECT_REJECTED("alibi_slopes_batch_stride (1) is smaller than heads_q (2)");
+    d = ok, d.softcap = -1.0f, io = (fcl_attention_host_io){0};
+    EXPECT_REJECTED("softcap (-1)");
+    d = ok, d.mask_type = (fcl_mask_type)4, io = (fcl_attention_host_io){.mask = q};
+    EXPECT_REJECTED("mask_type (4)");
+    /* out's view over q's elements in one host array. */
+    d = ok, d.o_view.offset = 8;
+    io = (fcl_attention_host_io){0};
+    io.q = io.out = out, io.k = io.v = k;
+    assert_int_equal(fcl_attention_run_host(support_ctx, &d, &io), FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "out's view overlaps q's"));
+    assert_int_equal(fcl_attention_run_host(support_ctx, &d, NULL), FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_attention_merge(support_ctx, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_int_equal(fcl_alibi_slopes(0, 8.0f, NULL), FCL_ERROR_INVALID_ARGUMENT);
+#undef EXPECT_REJECTED
+}
+
+/* The device call cannot read its index buffers before the kernels do: bad lengths, starts
+ * and pages are clamped, never read or written past a buffer. out and lse sit inside larger
+ * buffers whose guard elements must keep their values. */
+static void test_device_clamps_bad_indices(void **state)
+{
+    (void)state;
+    const size_t B = 3, H = 2, L = 8, D = 16, guard = 64;
+    cl_context c;
+    cl_command_queue queue;
+    assert_int_equal(fcl_context_get_cl(support_ctx, &c, NULL, &queue), FCL_SUCCESS);
+    const int32_t lens[3] = {-5, 1000, 4}, cu[4] = {0, 100000, -3, 9}, table[6] = {-1, 99999, 0, 1, 2, 3};
+    static float host[2 * 64 + 3 * 2 * 8 * 16];
+    for (int paged = 0; paged < 2; paged++)
+        for (int packed = 0; packed < 2; packed++) {
+            fcl_attention_desc d = {.batch = B, .heads_q = H, .len_q = L, .len_kv = L, .head_dim = D,
+                                    .causal = FCL_CAUSAL_BOTTOM_RIGHT, .kv_splits = 2};
+            d.o_view.offset = guard; /* out's view starts after the front guard */
+            if (paged)
+                d.page_size = 4, d.num_pages = 4, d.block_table_stride = 2;
+            const size_t n = B * H * L * D, total = 2 * guard + n;
+            cl_int err = CL_SUCCESS;
+            cl_mem q = clCreateBuffer(c, CL_MEM_READ_WRITE, n * 4, NULL, &err);
+            cl_mem kv = clCreateBuffer(c, CL_MEM_READ_WRITE, n * 4, NULL, &err);
+            cl_mem out = clCreateBuffer(c, CL_MEM_READ_WRITE, total * 4, NULL, &err);
+            cl_mem lse = clCreateBuffer(c, CL_MEM_READ_WRITE, (B * H * L + guard) * 4, NULL, &err);
+            cl_mem lens_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof lens, (void *)lens, &err);
+            cl_mem cu_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof cu, (void *)cu, &err);
+            cl_mem table_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof table, (void *)table, &err);
+            assert_int_equal(err, CL_SUCCESS);
+            for (size_t e = 0; e < total; e++)
+                host[e] = (float)e;
+            assert_int_equal(clEnqueueWriteBuffer(queue, out, CL_TRUE, 0, total * 4, host, 0, NULL, NULL), CL_SUCCESS);
+            assert_int_equal(clEnqueueWriteBuffer(queue, lse, CL_TRUE, 0, (B * H * L + guard) * 4, host, 0, NULL, NULL), CL_SUCCESS);
+            assert_int_equal(clEnqueueWriteBuffer(queue, q, CL_TRUE, 0, n * 4, host, 0, NULL, NULL), CL_SUCCESS);
+            assert_int_equal(clEnqueueWriteBuffer(queue, kv, CL_TRUE, 0, n * 4, host, 0, NULL, NULL), CL_SUCCESS);
+            fcl_attention_io io = {.q = q, .k = kv, .v = kv, .out = out, .lse = lse,
+                                   .seqlens_kv = lens_b, .block_table = paged ? table_b : NULL,
+                                   .cu_seqlens_q = packed ? cu_b : NULL};
+            cl_event done;
+            fcl_status s = fcl_attention_run(support_ctx, &d, &io, 0, NULL, &done);
+            if (s != FCL_SUCCESS)
+                fail_msg("fcl_attention_run: %s", fcl_context_last_error(support_ctx));
+            static float back[2 * 64 + 3 * 2 * 8 * 16];
+            assert_int_equal(clEnqueueReadBuffer(queue, out, CL_TRUE, 0, total * 4, back, 1, &done, NULL), CL_SUCCESS);
+            clReleaseEvent(done);
+            for (size_t e = 0; e < guard; e++)
+                assert_true(back[e] == (float)e); /* before out's view */
+            for (size_t e = guard + n; e < total; e++) /* after it */
+                assert_true(back[e] == (float)e);
+            cl_mem all[] = {q, kv, out, lse, lens_b, cu_b, table_b};
+            for (int i = 0; i < 7; i++)
+                clReleaseMemObject(all[i]);
+        }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fused_qkv_and_wide_out),
+        cmocka_unit_test(test_seqlens_kv),
+        cmocka_unit_test(test_paged),
+        cmocka_unit_test(test_varlen),
+        cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_sinks),
+        cmocka_unit_test(test_mla_and_head_sizes),
+        cmocka_unit_test(test_combined),
+        cmocka_unit_test(test_merge),
+        cmocka_unit_test(test_bad_indices_and_features),
+        cmocka_unit_test(test_device_clamps_bad_indices),
+    };
+    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+}
