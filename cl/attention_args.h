@@ -61,6 +61,15 @@
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
+/* The tile and decode kernels are compiled twice: for everything (FA_FEATURES_ALL), and for
+ * the features of plain attention on strided tensors (FA_FEATURES_PLAIN), where the other
+ * features' code is compiled out. Each kernel masks flags with its FA_FEATURES, so the
+ * compiler removes what is masked; the host runs the plain kernel when a call needs no more. */
+#define FA_FEATURES_ALL 0xffffu
+#define FA_FEATURES_PLAIN                                                                      \
+    (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
+     FA_FLAG_LSE | FA_FLAG_PARTIAL)
+
 /* Launch shapes the kernels are written for (the host plans with the same numbers). */
 #define FA_TQ 8                /* tile kernel: work-item rows ... */
 #define FA_TK 8                /* ... and columns: FA_TQ * FA_TK work-items */

@@ -1,5 +1,6 @@
 /* What every attention kernel shares (docs/ALGORITHMS.md, sections 4 and 6): the arguments
- * gathered into two structs, where a sequence's rows are (the one addressing helper,
+ * gathered into two structs (each kernel family file is compiled after #define FA_FEATURES,
+ * see attention_args.h), where a sequence's rows are (the one addressing helper,
  * fa_row), which keys a block of queries visits, the score modifiers, and the final
  * normalisation with attention sinks. Compiled once, after common.cl and attention_args.h;
  * the kernel families (attention_tile.cl, attention_decode.cl, attention_rows.cl,
@@ -38,9 +39,12 @@ typedef struct { FA_PARAMS(FA_PARAM_FIELD, FA_PARAM_FIELD) } fa_params;
 #define FA_PARAM_LAST(type, name) FA_DEV_##type name
 #define FA_KERNEL_ARGS FA_BUFFERS(FA_BUF_ARG) FA_PARAMS(FA_PARAM_ARG, FA_PARAM_LAST)
 #define FA_NAME_OF(kind, name) name,
+/* ... with flags cut to the kernel's FA_FEATURES (a constant of its compilation). */
 #define FA_GATHER_ARGS                                                                         \
     const fa_io io_ = {FA_BUFFERS(FA_NAME_OF)}, *io = &io_;                                  \
-    const fa_params p_ = {FA_PARAMS(FA_NAME_OF, FA_NAME_OF)}, *p = &p_
+    fa_params p_ = {FA_PARAMS(FA_NAME_OF, FA_NAME_OF)};                                      \
+    p_.flags &= FA_FEATURES;                                                                 \
+    const fa_params *p = &p_
 
 /* Where one tensor's rows of one (sequence, head) lie: row t at base + t * token_stride, or,
  * paged (K and V with FA_FLAG_PAGED), in page block_table[pages + t / page_size] at slot
@@ -59,9 +63,12 @@ FA_INLINE ulong fa_row(const fa_params *p, const fa_io *io, const fa_rows *r, ul
 {
     if (!r->paged)
         return r->base + t * r->token_stride;
-    const int entry = io->block_table[r->pages + t / p->page_size];
+    /* 32-bit division (lengths and page sizes are below 2^31): a 64-bit one is a long
+     * software routine on GPUs. */
+    const uint ps = (uint)p->page_size, in_page = (uint)t / ps;
+    const int entry = io->block_table[r->pages + in_page];
     const ulong page = (ulong)clamp(entry, 0, (int)p->num_pages - 1);
-    return r->base + page * r->page_stride + (t % p->page_size) * r->token_stride;
+    return r->base + page * r->page_stride + (ulong)((uint)t - in_page * ps) * r->token_stride;
 }
 
 /* One sequence b seen by one query head h: its lengths, where its rows are, and its
@@ -72,7 +79,7 @@ typedef struct {
     ulong q_start;       /* packed queries: the sequence's first row */
     long pos_offset;     /* p(i) - i = L_kv(b) - L_q(b): the query's position among the keys */
     long causal_offset;  /* the causal rule's: 0 (top-left) or pos_offset (bottom-right) */
-    fa_rows q, k, v, o;
+    fa_rows q, k, v; /* out's rows: fa_out_rows (computed where they are written) */
 } fa_seq;
 
 /* Rows [start, start + len) of a packed tensor (row 0 at base) that lie inside a buffer of
@@ -112,15 +119,14 @@ FA_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong
     s.len_kv = p->len_kv;
     /* Packed tensors have batch strides of 0 (the host sees to it): start rows do the rest. */
     s.q = fa_rows_at(p->q_offset + b * p->q_batch + h * p->q_head, 0, p->q_token);
-    s.o = fa_rows_at(p->o_offset + b * p->o_batch + h * p->o_head, 0, p->o_token);
     s.k = fa_rows_at(p->k_offset + hk * p->k_head, p->k_batch, p->k_token);
     s.v = fa_rows_at(p->v_offset + hk * p->v_head, p->v_batch, p->v_token);
     if (p->flags & FA_FLAG_CU_Q) {
         s.len_q = fa_packed_span(io->cu_seqlens_q, b, p->len_q, &s.q_start);
+        const ulong o_base = p->o_offset + b * p->o_batch + h * p->o_head;
         s.len_q = min(fa_rows_inside(s.q.base, p->q_token, p->q_limit, p->head_dim, s.q_start, s.len_q),
-                      fa_rows_inside(s.o.base, p->o_token, p->o_limit, p->head_dim_v, s.q_start, s.len_q));
+                      fa_rows_inside(o_base, p->o_token, p->o_limit, p->head_dim_v, s.q_start, s.len_q));
         s.q.base += s.q_start * p->q_token;
-        s.o.base += s.q_start * p->o_token;
     }
     if (p->flags & FA_FLAG_CU_KV) {
         s.len_kv = fa_packed_span(io->cu_seqlens_kv, b, p->len_kv, &kv_start);
@@ -141,8 +147,16 @@ FA_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong
     return s;
 }
 
+/* Where the sequence's output rows are: computed after the kernels' loops, so that it does
+ * not hold registers through them. */
+FA_INLINE fa_rows fa_out_rows(const fa_params *p, const fa_seq *s)
+{
+    return fa_rows_at(p->o_offset + s->b * p->o_batch + s->h * p->o_head + s->q_start * p->o_token, 0,
+                      p->o_token);
+}
+
 /* The ALiBi slope of the sequence's head (0 without ALiBi). */
-float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
+FA_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
 {
     return (p->flags & (FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK))
                ? io->alibi_slopes[s->b * p->alibi_batch + s->h]
@@ -158,7 +172,7 @@ typedef struct {
     ulong kv_begin, kv_end;
 } fa_work;
 
-fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
+FA_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
 {
     fa_work w;
     const ulong heads_total = (ulong)p->batch * p->heads_q;
@@ -187,7 +201,7 @@ fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
 
 /* The keys query qi may see, [x, y] (x > y: none): within the block's range, and where
  * causality and the window allow. Constant over a kernel's walk through the keys. */
-int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
+FA_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
 {
     const int2 none = (int2)(1, 0);
     if (qi >= w->s.len_q || w->kv_begin >= w->kv_end)
@@ -203,13 +217,14 @@ int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
     return hi < lo ? none : (int2)((int)lo, (int)hi);
 }
 
+
 #define FA_SCORE_MODIFIERS                                                                     \
     (FA_FLAG_SOFTCAP | FA_FLAG_ALIBI | FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)
 
 /* A visible key's score from dot = q_scale * q.k, in the contract's order: softcap, ALiBi,
  * the mask (-inf where a boolean mask hides the key; a -inf mask entry hides it whatever
  * the slope). */
-float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
+FA_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
                         ulong kj)
 {
     if (p->flags & FA_FLAG_SOFTCAP)
@@ -230,7 +245,7 @@ float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, f
 }
 
 /* The score of query qi (whose visible keys are vis) and key kj: -inf where hidden. */
-float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
+FA_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
                ulong qi, ulong kj)
 {
     if ((long)kj < vis.x || (long)kj > vis.y)
@@ -241,7 +256,7 @@ float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, 
 /* The output scale and lse of a row from its final (m, l), the sink joining the
  * denominator: out = o * inv_d. A row with no visible key gives 0 and lse = sink (-inf
  * without sinks), never NaN. */
-fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
+FA_INLINE fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
 {
     if (!(p->flags & FA_FLAG_SINKS))
         return fcl_row_norm_from((float2)(m, l));
@@ -282,7 +297,7 @@ typedef struct {
     float scale; /* inv_d */
 } fa_dest;
 
-fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulong qi, float m,
+FA_INLINE fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulong qi, float m,
                       float l, int writes_stats)
 {
     fa_dest dst;
@@ -297,7 +312,8 @@ fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulo
         return dst;
     }
     const fcl_row_norm n = fa_row_norm(p, io, &w->s, m, l);
-    dst.at = fa_row(p, io, &w->s.o, qi);
+    const fa_rows o = fa_out_rows(p, &w->s);
+    dst.at = fa_row(p, io, &o, qi);
     dst.scale = n.inv_d;
     /* lse is [batch][heads][len_q], or [heads][total] for packed queries (FlashAttention-2). */
     ulong lse_at = row;
@@ -309,7 +325,7 @@ fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulo
 }
 
 /* Element d of a finished row, o its unnormalised accumulator value. */
-void fa_store(const fa_params *p, const fa_io *io, fa_dest dst, ulong d, float o)
+FA_INLINE void fa_store(const fa_params *p, const fa_io *io, fa_dest dst, ulong d, float o)
 {
     if (dst.partial)
         io->partial_o[dst.at + d] = o;

@@ -150,10 +150,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     s[i][j] = kj < vis.x || kj > vis.y ? -INFINITY : s[i][j];
                 }
             }
-            /* Softcap, ALiBi and the mask through this work-item's own cells of p_tile, in
-             * a loop that is not unrolled: one copy of their code, not one per score held
-             * in registers. */
-            if (p->flags & FA_SCORE_MODIFIERS) {
+            const uint modifiers = p->flags & FA_SCORE_MODIFIERS;
+            if (modifiers & ~(uint)(FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL)) {
+                /* Softcap, ALiBi and the mask through this work-item's own cells of p_tile,
+                 * in a loop that is not unrolled: one copy of their code, not one per score
+                 * held in registers. */
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
                     #pragma unroll
@@ -171,6 +172,16 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     #pragma unroll
                     for (uint j = 0; j < FA_SK; j++)
                         s[i][j] = p_tile[tq + i * FA_TQ][tk + j * FA_TK];
+            } else if (modifiers) {
+                /* A float32 or boolean mask alone (the plain kernel's only modifier), in
+                 * place: a load and an add per score. */
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++)
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SK; j++)
+                        if (s[i][j] != -INFINITY)
+                            s[i][j] = fa_modified_score(p, io, &w, s[i][j], q0 + tq + i * FA_TQ,
+                                                        k0 + tk + j * FA_TK);
             }
 
             /* Online statistics (docs/ALGORITHMS.md section 4), spread over all work-items:

@@ -178,7 +178,11 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
 {
     const fcl_attention_desc *d = &pr->d;
     fcl_attention_params p = pr->params;
-    cl_kernel kern = ctx->attention[l->bucket][l->path];
+    /* The kernel compiled for no more than the call needs, where there is one. */
+    cl_kernel *kernels = ctx->attention[l->bucket][l->path];
+    cl_kernel kern = (p.flags & ~(cl_uint)FA_FEATURES_PLAIN) || !kernels[FCL_ATTENTION_PLAIN]
+                         ? kernels[FCL_ATTENTION_ALL]
+                         : kernels[FCL_ATTENTION_PLAIN];
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
     const size_t rows = d->batch * d->heads_q * d->len_q;

@@ -19,6 +19,8 @@
 #define FCL_ATTENTION_MAX_HEAD_DIM_V 512
 #define FCL_ATTENTION_WORK_GROUP ((size_t)FA_TQ * FA_TK)
 #define FCL_ATTENTION_DECODE_MAX_Q 4 /* longest len_q the decode kernel takes */
+/* The feature sets the tile and decode kernels are compiled for (attention_args.h). */
+enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -37,8 +39,9 @@ struct fcl_context {
     cl_command_queue queue;
     cl_program program;
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
-    /* Per head-dim bucket, the kernel of each path (NULL where that path is not built). */
-    cl_kernel attention[FCL_ATTENTION_BUCKETS][3]; /* indexed by fcl_attention_path */
+    /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
+     * not built: the rows kernel has only FCL_ATTENTION_ALL). */
+    cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */

@@ -96,12 +96,15 @@ static void text_add(text *t, const char *fmt, ...)
     }
 }
 
-/* One head-dim bucket's attention kernels: the tile kernel (with the decode kernel where it
- * takes the bucket's dims), or the rows kernel. */
-static void add_attention_bucket(text *t, const kernel_plan *plan, int b)
+/* The kernels of one head-dim bucket and feature set (suffix "" for FA_FEATURES_PLAIN, "_all"
+ * for FA_FEATURES_ALL): the tile kernel (with the decode kernel where it takes the bucket's
+ * dims), or the rows kernel. */
+static void add_attention_kernels(text *t, const kernel_plan *plan, int b, const char *suffix,
+                                  unsigned features)
 {
     size_t dim = fcl_attention_bucket_dim(b);
-    text_add(t, "#define FA_NAME d%zu\n#define FA_D %zu\n", dim, dim);
+    text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim, suffix,
+             dim, features);
     if (plan->tile[b] < 0) {
         text_add(t, "#line 1 \"attention_rows.cl\"\n%s\n", fcl_cl_attention_rows);
     } else {
@@ -113,7 +116,7 @@ static void add_attention_bucket(text *t, const kernel_plan *plan, int b)
             text_add(t, "#line 1 \"attention_decode.cl\"\n%s\n", fcl_cl_attention_decode);
         text_add(t, "#undef FA_BQ\n#undef FA_BK\n");
     }
-    text_add(t, "#undef FA_NAME\n#undef FA_D\n");
+    text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
 static char *program_source(const kernel_plan *plan)
@@ -128,9 +131,13 @@ static char *program_source(const kernel_plan *plan)
                  dtype_suffix[dt], fcl_cl_softmax);
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        add_attention_bucket(&t, plan, b);
-    text_add(&t, "#line 1 \"attention_merge.cl\"\n%s\n", fcl_cl_attention_merge);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        add_attention_kernels(&t, plan, b, "_all", FA_FEATURES_ALL);
+        if (plan->tile[b] >= 0) /* the rows kernel has no plain variant */
+            add_attention_kernels(&t, plan, b, "", FA_FEATURES_PLAIN);
+    }
+    text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n#undef FA_FEATURES\n",
+             FA_FEATURES_ALL, fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
         return NULL;
@@ -418,7 +425,8 @@ void fcl_release_kernels(fcl_context *ctx)
             release_kernel(&ctx->softmax[dt][k]);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
         for (int p = 0; p < 3; p++)
-            release_kernel(&ctx->attention[b][p]);
+            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+                release_kernel(&ctx->attention[b][p][v]);
     release_kernel(&ctx->attention_merge_splits);
     release_kernel(&ctx->attention_merge_parts);
     if (ctx->program) {
@@ -475,41 +483,60 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
     return FCL_SUCCESS;
 }
 
-/* Creates one bucket's tile kernel (and its decode kernel, where built). A tile kernel
- * that exceeds the device's local memory or cannot run a full work-group moves the bucket to
- * the next smaller tile, or to the rows kernel (plan->tile), and sets *rebuild. */
+/* Creates one kernel of a bucket and checks it against the device: where its local memory or
+ * work-group does not fit, it is released and 0 returned in *fits. */
+static fcl_status create_fitting(fcl_context *ctx, const char *name, cl_kernel *k, size_t group,
+                                 int *fits, cl_ulong *local)
+{
+    size_t wg;
+    fcl_status s = create_kernel(ctx, name, k, &wg, local);
+    *fits = s == FCL_SUCCESS && *local <= ctx->info.local_mem_size && wg >= group;
+    if (s == FCL_SUCCESS && !*fits)
+        release_kernel(k);
+    return s;
+}
+
+/* Creates one bucket's tile kernels (both feature sets) and decode kernels, where built. A
+ * tile kernel that exceeds the device's local memory or cannot run a full work-group moves
+ * the bucket to the next smaller tile, or to the rows kernel (plan->tile), and sets
+ * *rebuild. */
 static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
 {
     struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
-    cl_kernel *kernels = ctx->attention[b];
-    char name[40];
-    size_t wg;
-    cl_ulong local;
-    snprintf(name, sizeof name, "attention_d%zu", tile->max_head_dim);
-    fcl_status s = create_kernel(ctx, name, &kernels[FCL_ATTENTION_PATH_TILE], &wg, &local);
+    static const char *const suffix[FCL_ATTENTION_VARIANTS] = {"", "_all"};
+    char name[48];
+    cl_ulong local = 0;
+    int fits = 1;
+    fcl_status s = FCL_SUCCESS;
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
+        snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim, suffix[v]);
+        s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
+                           FCL_ATTENTION_WORK_GROUP, &fits, &local);
+        tile->local_mem_size = local > tile->local_mem_size ? local : tile->local_mem_size;
+    }
     if (s != FCL_SUCCESS)
         return s;
-    if (local > ctx->info.local_mem_size || wg < FCL_ATTENTION_WORK_GROUP) {
+    if (!fits) {
         plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1,
                                                 plan->attention_accumulators);
         *rebuild = 1;
         return FCL_SUCCESS;
     }
     fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
-    tile->local_mem_size = local;
     if (!fcl_attention_decode_keys(tile->max_head_dim))
         return FCL_SUCCESS;
-    cl_kernel *decode = &kernels[FCL_ATTENTION_PATH_DECODE];
-    snprintf(name, sizeof name, "attention_decode_d%zu", tile->max_head_dim);
-    s = create_kernel(ctx, name, decode, &wg, &local);
-    if (s != FCL_SUCCESS)
-        return s;
-    /* The decode kernel is an extra: where it does not fit, the tile kernel serves. */
-    if (local > ctx->info.local_mem_size || wg < FA_DEC_LWS)
-        release_kernel(decode);
-    else
+    /* The decode kernels are an extra: where one does not fit, the tile kernels serve. */
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
+        snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix[v]);
+        s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
+                           &fits, &local);
+    }
+    if (s == FCL_SUCCESS && !fits)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            release_kernel(&ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v]);
+    else if (s == FCL_SUCCESS)
         tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
-    return FCL_SUCCESS;
+    return s;
 }
 
 /* Creates each bucket's attention kernels and the merge kernels. */
@@ -526,8 +553,9 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
             s = create_tile_kernels(ctx, plan, b, rebuild);
         } else {
             char name[40];
-            snprintf(name, sizeof name, "attention_rows_d%zu", tile->max_head_dim);
-            s = create_kernel(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS], &wg, &local);
+            snprintf(name, sizeof name, "attention_rows_d%zu_all", tile->max_head_dim);
+            s = create_kernel(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL],
+                              &wg, &local);
         }
     }
     if (s == FCL_SUCCESS)

@@ -21,7 +21,7 @@
 #include <string.h>
 
 static const char usage[] =
-    "usage: flashcl-bench [-d DEVICE] [--preset cpu|h200|smoke] [--json|--csv]\n"
+    "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--softmax MxN] [--dtype f32|f16|bf16]\n"
     "                     [--attention B,H,Lq,Lk,D[,c]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run.\n"
@@ -29,12 +29,20 @@ static const char usage[] =
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
 
+/* What an attention case adds to plain attention (bench_case.mods). */
+enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8 };
+#define BENCH_WINDOW 1024 /* keys a query sees with MOD_WINDOW (Mistral's 4096, scaled) */
+
 typedef struct bench_case {
     case_kind kind;
     size_t rows, cols;                                 /* softmax */
     size_t batch, heads, len_q, len_kv, head_dim;      /* attention */
     int causal;
     fcl_dtype dtype;
+    size_t heads_kv, head_dim_v; /* 0: heads, head_dim */
+    size_t page_size;            /* paged K/V cache (pages dealt in shuffled order) */
+    int varlen;  /* packed sequences of alternately len/2 and 3 len/2 tokens (batch even) */
+    int mods;    /* MOD_* */
 } bench_case;
 
 typedef struct bench_result {
@@ -44,16 +52,46 @@ typedef struct bench_result {
 } bench_result;
 
 #define MAX_CASES 64
-#define S(r, c) {KIND_SOFTMAX, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32}
-#define A(b, h, lq, lk, d, c) {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32}
+#define S(r, c) {KIND_SOFTMAX, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+#define A(b, h, lq, lk, d, c) {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+/* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
+#define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
+    {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods}
 
-/* ../shared/peers/torch_baseline.py's shapes: M x N = 2^28 softmax, SDPA and decode. */
-static const bench_case preset_h200[] = {
+/* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
+static const bench_case preset_gpu[] = {
     S(2097152, 128), S(262144, 1024), S(65536, 4096), S(16384, 16384), S(4096, 65536),
     S(1024, 262144), S(256, 1048576), S(64, 4194304),
     A(4, 16, 4096, 4096, 64, 0), A(4, 16, 4096, 4096, 64, 1), A(4, 16, 4096, 4096, 128, 0),
     A(4, 16, 4096, 4096, 128, 1), A(1, 16, 16384, 16384, 64, 1), A(8, 32, 1, 8192, 128, 0),
     A(8, 32, 1, 32768, 128, 0)};
+/* Inference engines' cases on a GPU: decode over a contiguous and a paged (16-token pages)
+ * cache with GQA 32/8, f16 and f32; prefill with packed sequences of unequal lengths next to
+ * the same tokens as equal sequences; the score modifiers one at a time next to plain
+ * causal prefill; MLA decode (576 / 512, one kv head). */
+#define F16 FCL_DTYPE_F16
+#define F32 FCL_DTYPE_F32
+static const bench_case preset_engine[] = {
+    E(8, 32, 8, 1, 8192, 128, 0, 0, 0, 0, 0, F16), E(8, 32, 8, 1, 8192, 128, 0, 0, 16, 0, 0, F16),
+    E(8, 32, 8, 1, 32768, 128, 0, 0, 0, 0, 0, F16), E(8, 32, 8, 1, 32768, 128, 0, 0, 16, 0, 0, F16),
+    E(8, 32, 8, 1, 8192, 128, 0, 0, 0, 0, 0, F32), E(8, 32, 8, 1, 8192, 128, 0, 0, 16, 0, 0, F32),
+    E(8, 32, 8, 1, 32768, 128, 0, 0, 0, 0, 0, F32), E(8, 32, 8, 1, 32768, 128, 0, 0, 16, 0, 0, F32),
+    E(4, 16, 16, 4096, 4096, 128, 0, 1, 0, 0, 0, F16), E(4, 16, 16, 4096, 4096, 128, 0, 1, 0, 1, 0, F16),
+    E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_SOFTCAP, F16),
+    E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_ALIBI, F16),
+    E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_WINDOW, F16),
+    E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_SINKS, F16),
+    E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, 0, F16),
+    E(8, 16, 1, 1, 8192, 576, 512, 0, 0, 0, 0, F16)};
+/* The same kinds at sizes for a CPU. */
+static const bench_case preset_engine_cpu[] = {
+    E(4, 8, 2, 1, 8192, 128, 0, 0, 0, 0, 0, F32), E(4, 8, 2, 1, 8192, 128, 0, 0, 16, 0, 0, F32),
+    E(4, 8, 8, 512, 512, 64, 0, 1, 0, 0, 0, F32), E(4, 8, 8, 512, 512, 64, 0, 1, 0, 1, 0, F32),
+    E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, 0, F32),
+    E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, MOD_SOFTCAP | MOD_ALIBI | MOD_SINKS, F32),
+    E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, MOD_WINDOW, F32)};
+#undef F16
+#undef F32
 /* The peer's CPU softmax shapes (2^26 elements) and small attention, for POCL. */
 static const bench_case preset_cpu[] = {
     S(65536, 1024), S(16384, 4096), S(256, 262144), S(16, 4194304), S(4096, 128),
@@ -73,6 +111,7 @@ typedef struct bench {
     int reps, warmup;
     double copy_gbs;        /* of the case being measured: the faster copy */
     double copy_kernel_gbs; /* the copy kernel alone */
+    fcl_attention_io aux;   /* the case's index, slope and sink buffers (q..lse unused) */
 } bench;
 
 /* One float4 per work-item and no loop: GPUs coalesce it, and CPU drivers such as POCL
@@ -184,18 +223,105 @@ static fcl_status enqueue_softmax(bench *b, const bench_case *c, cl_mem *set, cl
     return fcl_softmax(b->ctx, &d, set[0], NULL, set[1], NULL, 0, NULL, done);
 }
 
+/* Sequence b's length in a case: len, or with varlen alternately len/2 and 3 len/2. */
+static size_t seq_len(const bench_case *c, size_t len, size_t b)
+{
+    return c->varlen ? (b % 2 ? len + len / 2 : len / 2) : len;
+}
+
+/* DeepSeek's MLA: V the first head_dim_v dims of K's rows, as llama.cpp keeps them. */
+static int is_mla(const bench_case *c) { return c->head_dim_v && c->head_dim_v != c->head_dim; }
+
 static fcl_attention_desc attention_desc(const bench_case *c)
 {
-    return (fcl_attention_desc){.batch = c->batch, .heads_q = c->heads, .len_q = c->len_q,
-                                .len_kv = c->len_kv, .head_dim = c->head_dim,
-                                .causal = c->causal ? FCL_CAUSAL_TOP_LEFT : FCL_CAUSAL_NONE,
-                                .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype};
+    fcl_attention_desc d = {.batch = c->batch, .heads_q = c->heads, .heads_kv = c->heads_kv,
+                            .len_q = c->varlen ? seq_len(c, c->len_q, 1) : c->len_q,
+                            .len_kv = c->varlen ? seq_len(c, c->len_kv, 1) : c->len_kv,
+                            .head_dim = c->head_dim, .head_dim_v = c->head_dim_v,
+                            .causal = c->causal ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
+                            .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype};
+    if (c->page_size) {
+        d.page_size = c->page_size;
+        d.block_table_stride = (c->len_kv + c->page_size - 1) / c->page_size;
+        d.num_pages = c->batch * d.block_table_stride;
+        d.layout = FCL_LAYOUT_BLHD; /* vLLM's [pages][page_size][heads][dim] */
+    }
+    if (is_mla(c)) /* K's contiguous [batch][heads_kv][len_kv][head_dim] strides */
+        d.v_view = (fcl_tensor_view){0, c->heads_kv * c->len_kv * c->head_dim,
+                                     c->len_kv * c->head_dim, c->head_dim};
+    d.softcap = c->mods & MOD_SOFTCAP ? 50.0f : 0.0f;
+    if (c->mods & MOD_WINDOW)
+        d.window = 1, d.window_left = BENCH_WINDOW - 1, d.window_right = FCL_WINDOW_UNBOUNDED;
+    return d;
 }
 
 static fcl_status enqueue_attention(bench *b, const bench_case *c, cl_mem *set, cl_event *done)
 {
     fcl_attention_desc d = attention_desc(c);
-    return fcl_attention(b->ctx, &d, set[0], set[1], set[2], NULL, set[3], NULL, 0, NULL, done);
+    fcl_attention_io io = b->aux;
+    io.q = set[0], io.k = set[1], io.v = is_mla(c) ? set[1] : set[2], io.out = set[3];
+    return fcl_attention_run(b->ctx, &d, &io, 0, NULL, done);
+}
+
+static cl_mem aux_buffer(bench *b, const void *data, size_t bytes, cl_int *err)
+{
+    if (*err != CL_SUCCESS)
+        return NULL;
+    return clCreateBuffer(b->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)data, err);
+}
+
+/* The case's index, slope and sink buffers in b->aux: sequence lengths, a block table of
+ * shuffled pages, packed starts. */
+static int make_aux(bench *b, const bench_case *c)
+{
+    const fcl_attention_desc d = attention_desc(c);
+    size_t n = c->batch * (d.block_table_stride + 2) + c->heads;
+    int32_t *ints = calloc(n, sizeof(int32_t));
+    float *floats = calloc(c->heads, sizeof(float));
+    cl_int err = ints && floats ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    memset(&b->aux, 0, sizeof b->aux);
+    if (err == CL_SUCCESS && c->page_size) {
+        chk_rng rng = chk_rng_seeded(7);
+        for (size_t p = 0; p < d.num_pages; p++)
+            ints[p] = (int32_t)p;
+        for (size_t p = d.num_pages - 1; p > 0; p--) {
+            size_t o = (size_t)(chk_uniform(&rng) * (double)(p + 1));
+            int32_t t = ints[p];
+            ints[p] = ints[o], ints[o] = t;
+        }
+        b->aux.block_table = aux_buffer(b, ints, d.num_pages * sizeof(int32_t), &err);
+        for (size_t i = 0; i < c->batch; i++)
+            ints[i] = (int32_t)c->len_kv;
+        b->aux.seqlens_kv = aux_buffer(b, ints, c->batch * sizeof(int32_t), &err);
+    }
+    if (err == CL_SUCCESS && c->varlen) {
+        for (size_t i = 0; i < c->batch; i++)
+            ints[i + 1] = ints[i] + (int32_t)seq_len(c, c->len_q, i);
+        b->aux.cu_seqlens_q = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
+        b->aux.cu_seqlens_kv = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
+    }
+    if (err == CL_SUCCESS && (c->mods & MOD_ALIBI)) {
+        fcl_alibi_slopes(c->heads, 8.0f, floats);
+        b->aux.alibi_slopes = aux_buffer(b, floats, c->heads * sizeof(float), &err);
+    }
+    if (err == CL_SUCCESS && (c->mods & MOD_SINKS)) {
+        for (size_t h = 0; h < c->heads; h++)
+            floats[h] = 0.5f;
+        b->aux.sinks = aux_buffer(b, floats, c->heads * sizeof(float), &err);
+    }
+    free(ints);
+    free(floats);
+    return err == CL_SUCCESS;
+}
+
+static void release_aux(bench *b)
+{
+    cl_mem all[] = {b->aux.seqlens_kv, b->aux.cu_seqlens_q, b->aux.cu_seqlens_kv,
+                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    memset(&b->aux, 0, sizeof b->aux);
 }
 
 /* Measures copies of `bytes` (read, and as many written) and returns the GB/s of the
@@ -226,14 +352,27 @@ static double measure_copy(bench *b, size_t bytes, int *ok, double *kernel_gbs)
     return moved / ((kernel_ms < driver_ms ? kernel_ms : driver_ms) * 1e6);
 }
 
-/* Visible (query, key) pairs: all of them, or top-left causal ones. */
+/* Visible (query, key) pairs of one sequence: causal ones bottom-right aligned, within the
+ * window where the case has one. */
+static double sequence_pairs(const bench_case *c, size_t lq, size_t lk)
+{
+    double pairs = 0.0;
+    for (size_t i = 0; i < lq; i++) {
+        double pos = (double)i + (double)lk - (double)lq, hi = c->causal ? pos : (double)lk - 1;
+        double lo = c->mods & MOD_WINDOW ? pos - (BENCH_WINDOW - 1) : 0.0;
+        hi = hi > (double)lk - 1 ? (double)lk - 1 : hi;
+        lo = lo < 0.0 ? 0.0 : lo;
+        pairs += hi >= lo ? hi - lo + 1 : 0.0;
+    }
+    return pairs;
+}
+
 static double visible_pairs(const bench_case *c)
 {
-    double lq = (double)c->len_q, lk = (double)c->len_kv;
-    if (!c->causal)
-        return lq * lk;
-    double full = lq < lk ? lq : lk; /* query i sees min(i + 1, len_kv) keys */
-    return full * (full + 1) / 2 + (lq - full) * lk;
+    double pairs = 0.0;
+    for (size_t b = 0; b < c->batch; b++)
+        pairs += sequence_pairs(c, seq_len(c, c->len_q, b), seq_len(c, c->len_kv, b));
+    return pairs;
 }
 
 static int run_case(bench *b, const bench_case *c, bench_result *res)
@@ -257,15 +396,25 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         fcl_attention_plan_info p;
         if (fcl_attention_plan(b->ctx, &d, &p) != FCL_SUCCESS)
             return 0;
-        snprintf(res->plan, sizeof res->plan, "tile %zux%zu splits %zu", p.block_q, p.block_kv,
-                 p.kv_splits);
-        size_t q = c->batch * c->heads * c->len_q * c->head_dim * esz;
-        size_t kv = c->batch * c->heads * c->len_kv * c->head_dim * esz;
-        bytes[0] = bytes[3] = q;
-        bytes[1] = bytes[2] = kv;
+        snprintf(res->plan, sizeof res->plan, "%s %zux%zu splits %zu",
+                 fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
+        /* Every sequence's tokens (len on average with varlen), the cache's pages. */
+        size_t hkv = c->heads_kv ? c->heads_kv : c->heads, dv = c->head_dim_v ? c->head_dim_v : c->head_dim;
+        size_t kv_tokens = c->batch * (c->page_size ? d.block_table_stride * c->page_size : c->len_kv);
+        bytes[0] = c->batch * c->len_q * c->heads * c->head_dim * esz;
+        bytes[3] = c->batch * c->len_q * c->heads * dv * esz;
+        bytes[1] = kv_tokens * hkv * c->head_dim * esz;
+        bytes[2] = kv_tokens * hkv * dv * esz;
         n_bufs = 4;
-        useful = 2.0 * (double)q + 2.0 * (double)kv;
+        useful = (double)(bytes[0] + bytes[3]) +
+                 (double)(c->batch * c->len_kv * hkv * (c->head_dim + dv) * esz);
+        if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
+            useful -= (double)(c->batch * c->len_kv * hkv * dv * esz);
+            bytes[2] = 16;
+        }
         fn = enqueue_attention;
+        if (!make_aux(b, c))
+            return 0;
     }
     int ok = 1;
     size_t per_set = bytes[0] + bytes[1] + bytes[2] + bytes[3];
@@ -283,14 +432,15 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         if (sets[i])
             clReleaseMemObject(sets[i]);
     free(sets);
+    release_aux(b);
     if (!ok || res->ms <= 0)
         return 0;
     res->bytes = useful;
     res->gbs = useful / (res->ms * 1e6);
     res->copy_pct = b->copy_gbs > 0 ? 100.0 * res->gbs / b->copy_gbs : 0.0;
     if (c->kind == KIND_ATTENTION) {
-        res->flops = 4.0 * (double)c->batch * (double)c->heads * visible_pairs(c) *
-                     (double)c->head_dim;
+        res->flops = 2.0 * (double)c->heads * visible_pairs(c) *
+                     (double)(c->head_dim + (c->head_dim_v ? c->head_dim_v : c->head_dim));
         res->tflops = res->flops / (res->ms * 1e9);
     }
     return 1;
@@ -301,8 +451,13 @@ static void describe(const bench_case *c, char *buf, size_t cap)
     if (c->kind == KIND_SOFTMAX)
         snprintf(buf, cap, "softmax %s %zux%zu", chk_dtype_name(c->dtype), c->rows, c->cols);
     else
-        snprintf(buf, cap, "attention %s B%zu H%zu Lq%zu Lk%zu D%zu%s", chk_dtype_name(c->dtype),
-                 c->batch, c->heads, c->len_q, c->len_kv, c->head_dim, c->causal ? " causal" : "");
+        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%s%s%s%s%s",
+                 chk_dtype_name(c->dtype), c->batch, c->heads, c->heads_kv ? "/" : "", c->heads_kv,
+                 c->len_q, c->len_kv, c->head_dim, c->head_dim_v ? "/" : "", c->head_dim_v,
+                 c->causal ? " causal" : "", c->page_size ? " paged16" : "",
+                 c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
+                 c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
+                 c->mods & MOD_SINKS ? " sinks" : "");
 }
 
 static fcl_dtype parse_dtype(const char *s)
@@ -334,6 +489,7 @@ int main(int argc, char **argv)
     const char *preset = "cpu";
     fcl_context_options opts = {0};
     fcl_dtype dtype = FCL_DTYPE_F32;
+    int dtype_given = 0;
     for (int a = 1; a < argc; a++) {
         const char *next = a + 1 < argc ? argv[a + 1] : NULL;
         size_t x[6] = {0};
@@ -350,7 +506,7 @@ int main(int argc, char **argv)
         else if (next && strcmp(argv[a], "--warmup") == 0)
             b.warmup = atoi(argv[++a]);
         else if (next && strcmp(argv[a], "--dtype") == 0)
-            dtype = parse_dtype(argv[++a]);
+            dtype = parse_dtype(argv[++a]), dtype_given = 1;
         else if (next && strcmp(argv[a], "--softmax") == 0 && n < MAX_CASES &&
                  sscanf(argv[++a], "%zux%zu", &x[0], &x[1]) == 2 && x[0] && x[1])
             cases[n++] = (bench_case)S(x[0], x[1]);
@@ -371,8 +527,12 @@ int main(int argc, char **argv)
     if (n == 0) {
         const bench_case *p = preset_cpu;
         size_t count = sizeof preset_cpu / sizeof preset_cpu[0];
-        if (strcmp(preset, "h200") == 0)
-            p = preset_h200, count = sizeof preset_h200 / sizeof preset_h200[0];
+        if (strcmp(preset, "gpu") == 0 || strcmp(preset, "h200") == 0) /* h200: its old name */
+            p = preset_gpu, count = sizeof preset_gpu / sizeof preset_gpu[0];
+        else if (strcmp(preset, "engine") == 0)
+            p = preset_engine, count = sizeof preset_engine / sizeof preset_engine[0];
+        else if (strcmp(preset, "engine-cpu") == 0)
+            p = preset_engine_cpu, count = sizeof preset_engine_cpu / sizeof preset_engine_cpu[0];
         else if (strcmp(preset, "smoke") == 0)
             p = preset_smoke, count = sizeof preset_smoke / sizeof preset_smoke[0];
         else if (strcmp(preset, "cpu") != 0) {
@@ -382,7 +542,7 @@ int main(int argc, char **argv)
         memcpy(cases, p, count * sizeof *p);
         n = count;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; dtype_given && i < n; i++)
         cases[i].dtype = dtype;
 
     double t0 = chk_seconds();
