@@ -4,7 +4,7 @@
  * the host's params struct and the host's clSetKernelArg loop are all generated from it, so
  * they cannot drift apart. Valid C99 and OpenCL C; defines nothing but macros.
  *
- * Addressing (docs/ALGORITHMS.md, "Where attention finds its data"): element (b, h, t, d) of q, k, v or out is at
+ * Addressing (docs/ALGORITHMS.md, section 6): element (b, h, t, d) of q, k, v or out is at
  *   X_offset + page * X_batch + h * X_head + slot * X_token + d
  * where (page, slot) is (b, t) for a contiguous or strided tensor, (b, start(b) + t) for a
  * packed varlen one (the host sets X_batch = 0; start from cu_seqlens) and

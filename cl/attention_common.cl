@@ -1,4 +1,4 @@
-/* What every attention kernel shares (docs/ALGORITHMS.md, sections 4 and 6): the arguments
+/* What every attention kernel shares (docs/ALGORITHMS.md, sections 4, 6 and 7): the arguments
  * gathered into two structs (each kernel family file is compiled after #define FA_FEATURES,
  * see attention_args.h), where a sequence's rows are (the one addressing helper,
  * fa_row), which keys a block of queries visits, the score modifiers, and the final

@@ -107,7 +107,7 @@ float fcl_hsum(floatv v)
     return v2.x + v2.y;
 }
 
-/* ---- Online softmax statistics (ALGORITHMS.md section 2) ----
+/* ---- Online softmax statistics (docs/ALGORITHMS.md section 2) ----
  * A state is (m, d): m the running max, d the sum of exp(x - m) over what was seen.
  * m never becomes NaN (comparisons with NaN are false); a NaN travels in d instead. */
 

@@ -26,7 +26,7 @@ int main(void)
         printf("row %d: %.5f %.5f %.5f %.5f  lse %.5f\n", r, y[r][0], y[r][1], y[r][2], y[r][3],
                lse[r]);
     fcl_context_destroy(ctx);
-    /* ALGORITHMS.md: the first row's sum is 1.20344 around its max 5; the second is empty. */
+    /* docs/ALGORITHMS.md: the first row's sum is 1.20344 around its max 5; the second is empty. */
     int ok = fabs(lse[0] - (5 + log(1.20344))) < 1e-4 && y[1][0] == 0 && lse[1] == -INFINITY;
     return ok ? 0 : 1;
 }

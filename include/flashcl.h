@@ -262,11 +262,13 @@ typedef struct fcl_attention_desc {
     size_t window_left, window_right;
 } fcl_attention_desc;
 
-/* out[b,h,i,:] = sum_j softmax_j(scale * q_i . k_j + mask + causal) v_j, with kv head
- * h / (heads_q / heads_kv); lse[b,h,i] (float32, [batch][heads_q][len_q]) = log-sum-exp of the
- * row. A query with no visible key gives out = 0 and lse = -inf. The len_q x len_kv scores
- * are never stored; extra device memory is O(batch * heads_q * len_q * head_dim_v) for the
- * split-KV partials. mask (NULL unless mask_type is set) and lse may be NULL. */
+/* out[b,h,i,:] = sum_j softmax_j(s_ij) v_j, with kv head h / (heads_q / heads_kv) and
+ * s_ij = scale * q_i . k_j, then (v0.2, in this order) softcap, ALiBi, the mask, causality
+ * and the window; lse[b,h,i] (float32, [batch][heads_q][len_q]) = log-sum-exp of the row. A
+ * query with no visible key gives out = 0 and lse = -inf (the sink, with sinks). The
+ * len_q x len_kv scores are never stored; extra device memory is
+ * O(batch * heads_q * len_q * head_dim_v) for the split-KV partials. mask (NULL unless
+ * mask_type is set) and lse may be NULL. */
 FCL_API fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
                                  cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,
                                  const cl_event *wait, cl_event *done);

@@ -299,6 +299,39 @@ static void test_paged(void **state)
             }
 }
 
+/* The kernels compiled for plain attention and for every feature give the same results: the
+ * same calls, once plain and once through the all-feature kernels (full-length seqlens_kv
+ * changes nothing else), with a mask, causality and split-KV. */
+static void test_plain_and_all_feature_kernels_agree(void **state)
+{
+    (void)state;
+    static const int32_t full[2] = {77, 77};
+    for (size_t len_q = 1; len_q <= 50; len_q += 49) {
+        attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
+                                 .len_kv = 77, .head_dim = 64, .kv_splits = 2,
+                                 .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
+        contiguous_inputs(&r);
+        additive_mask(&r, FCL_MASK_ADD_F32);
+        float *plain = malloc(r.out_n * sizeof(float)), *all = malloc(r.out_n * sizeof(float));
+        assert_true(plain && all);
+        fcl_attention_host_io io = r.io;
+        io.out = plain;
+        assert_int_equal(fcl_attention_run_host(support_ctx, &r.d, &io), FCL_SUCCESS);
+        io.out = all;
+        io.seqlens_kv = full;
+        assert_int_equal(fcl_attention_run_host(support_ctx, &r.d, &io), FCL_SUCCESS);
+        for (size_t e = 0; e < r.out_n; e++)
+            if (!(fabsf(plain[e] - all[e]) <= 1e-6f) && !(isnan(plain[e]) && isnan(all[e])))
+                fail_msg("len_q %zu: element %zu: plain %g, all features %g", len_q, e,
+                         (double)plain[e], (double)all[e]);
+        check_run(&r); /* and both against the reference */
+        r.io.seqlens_kv = full;
+        check_run(&r);
+        free(plain), free(all);
+        free_inputs(&r);
+    }
+}
+
 /* ---- packed (varlen) sequences ---- */
 
 static void test_varlen(void **state)
@@ -677,6 +710,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_qkv_and_wide_out),
         cmocka_unit_test(test_seqlens_kv),
+        cmocka_unit_test(test_plain_and_all_feature_kernels_agree),
         cmocka_unit_test(test_paged),
         cmocka_unit_test(test_varlen),
         cmocka_unit_test(test_softcap),

@@ -19,7 +19,7 @@ static void run_every_algo(softmax_case c)
     }
 }
 
-/* ALGORITHMS.md section 2: d for [1, 3, 5, 2] is 1.20344 and for [3, 1, -2, 5] 1.1545...,
+/* docs/ALGORITHMS.md section 2: d for [1, 3, 5, 2] is 1.20344 and for [3, 1, -2, 5] 1.1545...,
  * both with m = 5. */
 static void test_worked_checks(void **state)
 {

@@ -47,16 +47,19 @@ static fcl_softmax_algo example_plan(fcl_context *ctx, size_t e)
 }
 
 /* Attention examples: prefill and decode, at head_dim 64 and 128. */
-static const size_t attention_examples[][4] = {
-    /* batch x heads, len_q, len_kv, head_dim */
-    {64, 4096, 4096, 64}, {64, 4096, 4096, 128}, {256, 1, 32768, 128}};
+static const size_t attention_examples[][6] = {
+    /* batch x heads, len_q, len_kv, head_dim, head_dim_v (0: head_dim), heads per kv head:
+     * prefill, decode (GQA 32/8 over a 16-token paged cache: the engine preset of
+     * flashcl-bench), MLA decode */
+    {64, 4096, 4096, 64, 0, 1}, {64, 4096, 4096, 128, 0, 1}, {256, 1, 32768, 128, 0, 4},
+    {128, 1, 8192, 576, 512, 16}};
 #define N_ATTENTION_EXAMPLES (sizeof attention_examples / sizeof attention_examples[0])
 
 static fcl_attention_plan_info attention_example_plan(fcl_context *ctx, size_t e)
 {
     const size_t *x = attention_examples[e];
-    fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .len_q = x[1], .len_kv = x[2],
-                            .head_dim = x[3]};
+    fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .heads_kv = x[0] / x[5], .len_q = x[1],
+                            .len_kv = x[2], .head_dim = x[3], .head_dim_v = x[4]};
     fcl_attention_plan_info p = {0};
     fcl_attention_plan(ctx, &d, &p);
     return p;
@@ -117,10 +120,11 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
         const size_t *x = attention_examples[e];
-        printf("    heads %zu, len_q %zu, len_kv %zu, head_dim %zu -> %s, %zu x %zu, %zu key "
-               "split%s\n",
-               x[0], x[1], x[2], x[3], fcl_attention_path_name(p.path), p.block_q, p.block_kv,
-               p.kv_splits, p.kv_splits == 1 ? "" : "s");
+        printf("    heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> %s, %zu x %zu, %zu "
+               "key split%s\n",
+               x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3],
+               fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits,
+               p.kv_splits == 1 ? "" : "s");
     }
 }
 
@@ -171,10 +175,11 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p = attention_example_plan(ctx, e);
         const size_t *x = attention_examples[e];
-        printf("%s{\"heads\": %zu, \"len_q\": %zu, \"len_kv\": %zu, \"head_dim\": %zu, "
-               "\"path\": \"%s\", \"block_q\": %zu, \"block_kv\": %zu, \"kv_splits\": %zu}",
-               e ? ", " : "", x[0], x[1], x[2], x[3], fcl_attention_path_name(p.path), p.block_q,
-               p.block_kv, p.kv_splits);
+        printf("%s{\"heads\": %zu, \"heads_kv\": %zu, \"len_q\": %zu, \"len_kv\": %zu, "
+               "\"head_dim\": %zu, \"head_dim_v\": %zu, \"path\": \"%s\", \"block_q\": %zu, "
+               "\"block_kv\": %zu, \"kv_splits\": %zu}",
+               e ? ", " : "", x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3],
+               fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
     }
     printf("]}}");
 }
