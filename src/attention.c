@@ -6,23 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-static fcl_attention_given given_on_device(const fcl_attention_io *io)
-{
-    fcl_attention_given g = {io->mask != NULL,         io->lse != NULL,
-                             io->seqlens_kv != NULL,   io->cu_seqlens_q != NULL,
-                             io->cu_seqlens_kv != NULL, io->block_table != NULL,
-                             io->alibi_slopes != NULL, io->sinks != NULL};
-    return g;
-}
-
-static fcl_attention_given given_on_host(const fcl_attention_host_io *io)
-{
-    fcl_attention_given g = {io->mask != NULL,         io->lse != NULL,
-                             io->seqlens_kv != NULL,   io->cu_seqlens_q != NULL,
-                             io->cu_seqlens_kv != NULL, io->block_table != NULL,
-                             io->alibi_slopes != NULL, io->sinks != NULL};
-    return g;
-}
+/* Which optional buffers an io (device or host: the fields have the same names) gives. */
+#define FCL_GIVEN_BY(io)                                                                       \
+    {(io)->mask != NULL,          (io)->lse != NULL,           (io)->seqlens_kv != NULL,      \
+     (io)->cu_seqlens_q != NULL,  (io)->cu_seqlens_kv != NULL, (io)->block_table != NULL,     \
+     (io)->alibi_slopes != NULL,  (io)->sinks != NULL}
 
 static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l)
 {
@@ -239,7 +227,7 @@ fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
     if (n_wait && !wait)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
                         (unsigned)n_wait);
-    fcl_attention_given g = given_on_device(io);
+    const fcl_attention_given g = FCL_GIVEN_BY(io);
     fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
         s = check_device_io(ctx, &pr, io, &b);
@@ -313,7 +301,7 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
     if (!io)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
-    fcl_attention_given g = given_on_host(io);
+    const fcl_attention_given g = FCL_GIVEN_BY(io);
     fcl_status s = fcl_attention_resolve(ctx, desc, &g, &pr);
     if (s == FCL_SUCCESS)
         s = plan(ctx, &pr, &l); /* an unsupported shape fails before any allocation */
