@@ -129,6 +129,13 @@ static fcl_status check_buffers(fcl_context *ctx, const softmax_shape *sh, cl_me
     return s;
 }
 
+/* clSetKernelArg after err, only while nothing failed: the first failure is the one reported
+ * (OR-ing error codes together would name another error). */
+static cl_int set_arg(cl_int err, cl_kernel k, cl_uint index, size_t size, const void *value)
+{
+    return err != CL_SUCCESS ? err : clSetKernelArg(k, index, size, value);
+}
+
 /* Arguments 0-10, common to every softmax kernel (see FCL_ROW_ARGS in softmax.cl). */
 static cl_int set_row_args(cl_kernel k, const fcl_softmax_desc *d, cl_mem in, cl_mem mask,
                            cl_mem out, cl_mem lse)
@@ -137,16 +144,16 @@ static cl_int set_row_args(cl_kernel k, const fcl_softmax_desc *d, cl_mem in, cl
     cl_ulong rows = d->rows, cols = d->cols;
     cl_uint flags = (d->log ? 1u : 0u) | (mask ? 2u : 0u) | (lse ? 4u : 0u);
     cl_int err = clSetKernelArg(k, 0, sizeof(cl_mem), &in);
-    err |= clSetKernelArg(k, 1, sizeof in_stride, &in_stride);
-    err |= clSetKernelArg(k, 2, sizeof(cl_mem), &out);
-    err |= clSetKernelArg(k, 3, sizeof out_stride, &out_stride);
-    err |= clSetKernelArg(k, 4, sizeof(cl_mem), &mask); /* a NULL cl_mem is a NULL pointer */
-    err |= clSetKernelArg(k, 5, sizeof mask_stride, &mask_stride);
-    err |= clSetKernelArg(k, 6, sizeof(cl_mem), &lse);
-    err |= clSetKernelArg(k, 7, sizeof rows, &rows);
-    err |= clSetKernelArg(k, 8, sizeof cols, &cols);
-    err |= clSetKernelArg(k, 9, sizeof d->scale, &d->scale);
-    err |= clSetKernelArg(k, 10, sizeof flags, &flags);
+    err = set_arg(err, k, 1, sizeof in_stride, &in_stride);
+    err = set_arg(err, k, 2, sizeof(cl_mem), &out);
+    err = set_arg(err, k, 3, sizeof out_stride, &out_stride);
+    err = set_arg(err, k, 4, sizeof(cl_mem), &mask); /* a NULL cl_mem is a NULL pointer */
+    err = set_arg(err, k, 5, sizeof mask_stride, &mask_stride);
+    err = set_arg(err, k, 6, sizeof(cl_mem), &lse);
+    err = set_arg(err, k, 7, sizeof rows, &rows);
+    err = set_arg(err, k, 8, sizeof cols, &cols);
+    err = set_arg(err, k, 9, sizeof d->scale, &d->scale);
+    err = set_arg(err, k, 10, sizeof flags, &flags);
     return err;
 }
 
@@ -154,8 +161,8 @@ static cl_int set_split_args(cl_kernel k, const fcl_softmax_launch *launch, cl_m
 {
     cl_ulong slices = launch->slices, slice_cols = launch->slice_cols;
     cl_int err = clSetKernelArg(k, 11, sizeof slices, &slices);
-    err |= clSetKernelArg(k, 12, sizeof slice_cols, &slice_cols);
-    err |= clSetKernelArg(k, 13, sizeof(cl_mem), &partial);
+    err = set_arg(err, k, 12, sizeof slice_cols, &slice_cols);
+    err = set_arg(err, k, 13, sizeof(cl_mem), &partial);
     return err;
 }
 
@@ -181,13 +188,13 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
         cl_kernel k = kernels[FCL_K_SOFTMAX_BLOCK];
         cl_uint lanes = (cl_uint)launch->lanes;
         err = set_row_args(k, &sh->d, in, mask, out, lse);
-        err |= clSetKernelArg(k, 11, sizeof lanes, &lanes);
+        err = set_arg(err, k, 11, sizeof lanes, &lanes);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);
     } else if (launch->algo == FCL_SOFTMAX_FUSED) {
         cl_kernel k = kernels[FCL_K_SOFTMAX_FUSED];
         err = set_row_args(k, &sh->d, in, mask, out, lse);
-        err |= clSetKernelArg(k, 11, sh->d.cols * sizeof(float), NULL);
+        err = set_arg(err, k, 11, sh->d.cols * sizeof(float), NULL);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);
     } else if (launch->algo == FCL_SOFTMAX_ONLINE) {
@@ -204,9 +211,12 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
         if (err != CL_SUCCESS)
             return fcl_fail_cl(ctx, err, "allocating the SPLIT partial statistics");
         err = set_row_args(stats, &sh->d, in, mask, out, lse);
-        err |= set_split_args(stats, launch, partial);
-        err |= set_row_args(write, &sh->d, in, mask, out, lse);
-        err |= set_split_args(write, launch, partial);
+        if (err == CL_SUCCESS)
+            err = set_split_args(stats, launch, partial);
+        if (err == CL_SUCCESS)
+            err = set_row_args(write, &sh->d, in, mask, out, lse);
+        if (err == CL_SUCCESS)
+            err = set_split_args(write, launch, partial);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, stats, launch, n_wait, wait, &first);
         /* Chained by event, so an out-of-order queue keeps the order too. */

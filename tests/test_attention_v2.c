@@ -216,6 +216,19 @@ static void test_fused_qkv_and_wide_out(void **state)
     }
 }
 
+/* One K/V shared by every sequence of the batch: a view with a zero batch stride. */
+static void test_kv_shared_across_batch(void **state)
+{
+    (void)state;
+    attention_run r = {.d = {.batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 9, .len_kv = 50,
+                             .head_dim = 32, .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
+    contiguous_inputs(&r);
+    r.d.k_view = r.d.v_view = (fcl_tensor_view){0, 0, 50 * 32, 32};
+    r.k_n = r.v_n = 2 * 50 * 32; /* only the first batch entry's K and V exist */
+    check_run(&r);
+    free_inputs(&r);
+}
+
 /* ---- per-sequence lengths ---- */
 
 static void test_seqlens_kv(void **state)
@@ -709,6 +722,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_qkv_and_wide_out),
+        cmocka_unit_test(test_kv_shared_across_batch),
         cmocka_unit_test(test_seqlens_kv),
         cmocka_unit_test(test_plain_and_all_feature_kernels_agree),
         cmocka_unit_test(test_paged),
