@@ -160,11 +160,12 @@ static int run_attention(fcl_context *ctx, const attention_demo *c, chk_rng *rng
     double flops = 4.0 * (double)c->batch * (double)c->heads_q * (double)c->len_q *
                    (double)c->len_kv * (double)dim *
                    (c->causal ? 0.5 : 1.0);
-    printf("attention %s kv %-4s out %-4s B%zu H%zu/%zu Lq %-5zu Lkv %-5zu D%zu %-6s tile %zux%zu "
+    printf("attention %s kv %-4s out %-4s B%zu H%zu/%zu Lq %-5zu Lkv %-5zu D%zu %-6s %-6s %zux%zu "
            "splits %-2zu %8.3f ms %6.2f GFLOP/s  max|err| %.2e  NMSE %.1e  %s\n",
            c->layout == FCL_LAYOUT_BHLD ? "BHLD" : "BLHD", chk_dtype_name(c->dtype_kv),
            chk_dtype_name(c->dtype_o), c->batch, c->heads_q, c->heads_kv, c->len_q, c->len_kv,
-           dim, c->causal ? "causal" : "", plan.block_q, plan.block_kv, plan.kv_splits,
+           dim, c->causal ? "causal" : "", fcl_attention_path_name(plan.path), plan.block_q,
+           plan.block_kv, plan.kv_splits,
            seconds * 1e3, flops / seconds * 1e-9, rep.max_abs_err, rep.nmse, ok ? "ok" : "MISMATCH");
     if (!out_ok && rep.first_bad != (size_t)-1)
         printf("  first mismatch at %zu: got %.9g, want %.9g\n", rep.first_bad, rep.got, rep.want);
