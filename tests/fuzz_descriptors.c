@@ -113,23 +113,53 @@ static void fuzz_softmax(reader *r)
         abort();
 }
 
+/* A view: usually the layout's (all zero), else arbitrary offset and strides. */
+static fcl_tensor_view take_view(reader *r)
+{
+    fcl_tensor_view v = {0};
+    if (take_u8(r) % 4 == 0)
+        v = (fcl_tensor_view){take_size(r), take_size(r), take_size(r), take_size(r)};
+    return v;
+}
+
+/* An optional v0.2 buffer: mostly absent, else an input buffer, whose bytes read as int32
+ * lengths, starts and pages are arbitrary: the kernels must clamp them. */
+static cl_mem take_optional(reader *r)
+{
+    return take_u8(r) % 4 == 0 ? take_buffer(r, 0, 3) : NULL;
+}
+
 static void fuzz_attention(reader *r)
 {
     fcl_attention_desc d = {
         .batch = take_size(r), .heads_q = take_size(r), .heads_kv = take_size(r),
         .len_q = take_size(r), .len_kv = take_size(r), .head_dim = take_size(r),
         .head_dim_v = take_size(r), .scale = take_scale(r),
-        .causal = (fcl_causal)(take_u8(r) % 4), .mask_type = (fcl_mask_type)(take_u8(r) % 4),
+        .causal = (fcl_causal)(take_u8(r) % 4), .mask_type = (fcl_mask_type)(take_u8(r) % 5),
         .mask_stride_batch = take_size(r), .mask_stride_head = take_size(r),
         .mask_stride_q = take_size(r), .layout = (fcl_layout)(take_u8(r) % 3),
         .dtype_q = (fcl_dtype)(take_u8(r) % 4), .dtype_kv = (fcl_dtype)(take_u8(r) % 4),
         .dtype_o = (fcl_dtype)(take_u8(r) % 4), .kv_splits = take_size(r)};
+    if (take_u8(r) & 1) { /* the v0.2 fields */
+        d.q_view = take_view(r), d.k_view = take_view(r), d.v_view = take_view(r);
+        d.o_view = take_view(r);
+        d.page_size = take_u8(r) % 2 ? take_size(r) : 0;
+        d.num_pages = take_size(r), d.block_table_stride = take_size(r);
+        d.softcap = take_u8(r) % 2 ? take_scale(r) : 0.0f;
+        d.alibi_slopes_batch_stride = take_u8(r) % 2 ? take_size(r) : 0;
+        d.alibi_from_mask = take_u8(r) % 2;
+        d.window = take_u8(r) % 2, d.window_left = take_size(r), d.window_right = take_size(r);
+    }
     fcl_attention_plan_info plan;
     check_status(fcl_attention_plan(ctx, &d, &plan));
-    cl_mem q = take_buffer(r, 0, 3), k = take_buffer(r, 0, 3), v = take_buffer(r, 0, 3);
-    cl_mem mask = take_buffer(r, 0, 3), out = take_buffer(r, 3, 3), lse = take_buffer(r, 3, 3);
+    fcl_attention_io io = {.q = take_buffer(r, 0, 3), .k = take_buffer(r, 0, 3),
+                           .v = take_buffer(r, 0, 3), .mask = take_buffer(r, 0, 3),
+                           .out = take_buffer(r, 3, 3), .lse = take_buffer(r, 3, 3)};
+    io.seqlens_kv = take_optional(r), io.cu_seqlens_q = take_optional(r);
+    io.cu_seqlens_kv = take_optional(r), io.block_table = take_optional(r);
+    io.alibi_slopes = take_optional(r), io.sinks = take_optional(r);
     cl_event done = NULL;
-    fcl_status s = fcl_attention(ctx, &d, q, k, v, mask, out, lse, 0, NULL, &done);
+    fcl_status s = fcl_attention_run(ctx, &d, &io, 0, NULL, &done);
     check_status(s);
     if (s == FCL_SUCCESS && (clWaitForEvents(1, &done) != CL_SUCCESS || clReleaseEvent(done)))
         abort();
