@@ -93,10 +93,28 @@ void fcl_release_kernels(fcl_context *ctx);
 /* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
  * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
+
+/* ---- cache.c: the on-disk program-binary cache ---- */
 /* A 64-bit FNV-1a-style hash over words, chained through h (start with FCL_HASH_INIT):
  * cache keys and the cached binary's checksum. */
 #define FCL_HASH_INIT 0xcbf29ce484222325ull
 uint64_t fcl_hash(uint64_t h, const void *data, size_t n);
+/* The cache directory: requested, else FLASHCL_CACHE_DIR, else the user cache directory
+ * (written into buf); NULL when the cache is disabled. */
+const char *fcl_cache_dir(const char *requested, char *buf, size_t cap);
+/* Whether the driver may be asked for program binaries at all (POCL 4 and later abort). */
+int fcl_cache_usable(const fcl_device_info *info);
+/* Everything that determines a binary, as text (malloc'd; NULL without memory): stored in the
+ * file and compared on load. */
+char *fcl_cache_identity(const fcl_device_info *info, const char *options, const char *source);
+/* The file for an identity in dir; 0 on success. */
+int fcl_cache_path(char *buf, size_t cap, const char *dir, const char *identity);
+/* The binary (malloc'd) of an intact file made for exactly this identity; NULL otherwise. */
+unsigned char *fcl_cache_load(const char *path, const char *identity, size_t *binary_len);
+/* Writes the file under a temporary name and renames it, so a reader never sees half a
+ * file. Failure only costs the next context a rebuild. */
+void fcl_cache_store(const char *dir, const char *path, const char *identity,
+                     const unsigned char *binary, size_t binary_len);
 
 /* ---- plan.c ---- */
 /* Per-device parameters: defaults from a small device table (by vendor and type), then

@@ -1,18 +1,12 @@
-/* Program build and the on-disk program-binary cache.
- *
- * The source compiled for a device is a prelude of #defines planned from the probed
- * capabilities, then the embedded .cl files (softmax.cl once per storage type). A cache
- * file is named by a hash of everything that determines the binary (source, options,
- * platform, device, driver) and repeats that identity inside, with a checksum of the
- * binary, so a stale, truncated or corrupt file is detected and rebuilt, never trusted. */
+/* Program build: the source compiled for a device is a prelude of #defines planned from the
+ * probed capabilities, then the embedded .cl files (softmax.cl once per storage type, the
+ * attention families once per head-dim bucket and feature set). The binary goes through
+ * the on-disk cache of cache.c. */
 #include "internal.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
 extern const char fcl_cl_common[];
@@ -25,8 +19,6 @@ extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
 
 #define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
-#define FCL_CACHE_MAGIC "FLASHCL1"
-#define FCL_CACHE_MAX_FILE (512u << 20)
 
 static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
@@ -41,23 +33,6 @@ typedef struct kernel_plan {
      * work-item) serves that bucket. */
     int tile[FCL_ATTENTION_BUCKETS];
 } kernel_plan;
-
-uint64_t fcl_hash(uint64_t h, const void *data, size_t n)
-{
-    /* FNV-1a over 8-byte words (bytes for the tail), then a final mix: context creation
-     * hashes the whole source and the cached binary, megabytes, on every start. */
-    const unsigned char *p = data;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ p[i]) * 0x100000001b3ull;
-    return h ^ (h >> 32);
-}
 
 /* ---- growing string ---- */
 typedef struct text {
@@ -145,160 +120,11 @@ static char *program_source(const kernel_plan *plan)
     return t.s;
 }
 
-/* ---- cache files ---- */
-
-/* Creates dir and its parents; an existing directory is fine. */
-static int make_dirs(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return -1;
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return (mkdir(path, 0755) == 0 || errno == EEXIST) ? 0 : -1;
-}
-
-/* NULL when the cache is disabled. */
-static const char *resolve_cache_dir(const char *requested, char *buf, size_t cap)
-{
-    if (!requested)
-        requested = getenv("FLASHCL_CACHE_DIR");
-    if (requested)
-        return *requested ? requested : NULL;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n;
-    if (xdg && *xdg)
-        n = snprintf(buf, cap, "%s/flashcl", xdg);
-    else if (home && *home)
-        n = snprintf(buf, cap, "%s/.cache/flashcl", home);
-    else
-        return NULL;
-    return (n > 0 && (size_t)n < cap) ? buf : NULL;
-}
-
 /* Where and how to build: the cache directory (NULL: none) and the compiler options. */
 typedef struct build_setup {
     const char *cache_dir;
     char options[1024];
 } build_setup;
-
-/* Everything that determines the binary, as text: stored in the file and compared. */
-static char *cache_identity(const fcl_device_info *info, const char *options, const char *source)
-{
-    text t = {0};
-    text_add(&t,
-             "flashcl %s\noptions %s\nplatform %s\ndevice %s\nversion %s\ndriver %s\n"
-             "source %zu %016llx\n",
-             fcl_version_string(), options, info->platform_name, info->name,
-             info->device_version, info->driver_version, strlen(source),
-             (unsigned long long)fcl_hash(FCL_HASH_INIT, source, strlen(source)));
-    if (t.failed) {
-        free(t.s);
-        return NULL;
-    }
-    return t.s;
-}
-
-/* Whether the driver may be asked for program binaries. POCL 5.0 (LLVM 16) aborts inside
- * clGetProgramInfo(CL_PROGRAM_BINARIES) for this program ("region_entry_barrier != NULL");
- * POCL 3.1 does not, and POCL caches compiled programs itself. So flashcl's cache is used
- * with POCL up to 3.x only. */
-static int binaries_are_safe(const fcl_device_info *info)
-{
-    if (!strstr(info->platform_name, "Portable Computing Language"))
-        return 1;
-    return atoi(info->driver_version) <= 3;
-}
-
-static int cache_path(char *buf, size_t cap, const char *dir, const char *identity)
-{
-    unsigned long long h = fcl_hash(FCL_HASH_INIT, identity, strlen(identity));
-    int n = snprintf(buf, cap, "%s/%016llx.bin", dir, h);
-    return n > 0 && (size_t)n < cap ? 0 : -1;
-}
-
-static int read_u64(const unsigned char **p, const unsigned char *end, uint64_t *v)
-{
-    if ((size_t)(end - *p) < sizeof *v)
-        return -1;
-    memcpy(v, *p, sizeof *v);
-    *p += sizeof *v;
-    return 0;
-}
-
-/* Reads a cache file and returns its binary (malloc'd) if it is intact and was made for
- * exactly this identity; NULL otherwise. */
-static unsigned char *cache_load(const char *path, const char *identity, size_t *binary_len)
-{
-    unsigned char *file = NULL, *binary = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    if (fseek(f, 0, SEEK_END) != 0)
-        goto done;
-    long size = ftell(f);
-    if (size <= 0 || (unsigned long)size > FCL_CACHE_MAX_FILE || fseek(f, 0, SEEK_SET) != 0)
-        goto done;
-    file = malloc((size_t)size);
-    if (!file || fread(file, 1, (size_t)size, f) != (size_t)size)
-        goto done;
-
-    const unsigned char *p = file, *end = file + size;
-    uint64_t id_len, bin_len, bin_hash;
-    size_t magic_len = strlen(FCL_CACHE_MAGIC);
-    if ((size_t)(end - p) < magic_len || memcmp(p, FCL_CACHE_MAGIC, magic_len) != 0)
-        goto done;
-    p += magic_len;
-    if (read_u64(&p, end, &id_len) || id_len != strlen(identity) ||
-        (uint64_t)(end - p) < id_len || memcmp(p, identity, id_len) != 0)
-        goto done;
-    p += id_len;
-    if (read_u64(&p, end, &bin_len) || read_u64(&p, end, &bin_hash) || bin_len == 0 ||
-        (uint64_t)(end - p) != bin_len || fcl_hash(FCL_HASH_INIT, p, bin_len) != bin_hash)
-        goto done;
-    binary = malloc(bin_len);
-    if (binary) {
-        memcpy(binary, p, bin_len);
-        *binary_len = bin_len;
-    }
-done:
-    free(file);
-    fclose(f);
-    return binary;
-}
-
-/* Writes the file under a temporary name and renames it, so a reader never sees half a
- * file. Failure only costs the next context a rebuild. */
-static void cache_store(const char *dir, const char *path, const char *identity,
-                        const unsigned char *binary, size_t binary_len)
-{
-    char tmp[4200];
-    static unsigned counter;
-    if (make_dirs(dir) != 0)
-        return;
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
-                 __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED)) >= (int)sizeof tmp)
-        return;
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return;
-    uint64_t id_len = strlen(identity), bin_len = binary_len;
-    uint64_t bin_hash = fcl_hash(FCL_HASH_INIT, binary, binary_len);
-    int ok = fwrite(FCL_CACHE_MAGIC, 1, strlen(FCL_CACHE_MAGIC), f) == strlen(FCL_CACHE_MAGIC) &&
-             fwrite(&id_len, sizeof id_len, 1, f) == 1 &&
-             fwrite(identity, 1, id_len, f) == id_len && fwrite(&bin_len, sizeof bin_len, 1, f) == 1 &&
-             fwrite(&bin_hash, sizeof bin_hash, 1, f) == 1 &&
-             fwrite(binary, 1, binary_len, f) == binary_len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0)
-        remove(tmp);
-}
 
 /* The device binary of a built program (malloc'd), or NULL. */
 static unsigned char *program_binary(cl_program program, size_t *len)
@@ -382,13 +208,13 @@ static fcl_status load_or_build(fcl_context *ctx, const kernel_plan *plan, const
     if (!source)
         return fcl_fail(ctx, s, "no host memory for the kernel source");
     const char *cache_dir = setup->cache_dir;
-    int use_cache = cache_dir && (identity = cache_identity(&ctx->info, setup->options, source)) &&
-                    cache_path(path, sizeof path, cache_dir, identity) == 0;
+    int use_cache = cache_dir && (identity = fcl_cache_identity(&ctx->info, setup->options, source)) &&
+                    fcl_cache_path(path, sizeof path, cache_dir, identity) == 0;
 
     ctx->info.program_from_cache = 0;
     if (use_cache) {
         size_t len = 0;
-        unsigned char *binary = cache_load(path, identity, &len);
+        unsigned char *binary = fcl_cache_load(path, identity, &len);
         if (binary) {
             ctx->program = build_from_binary(ctx, setup->options, binary, len);
             ctx->info.program_from_cache = ctx->program != NULL;
@@ -402,7 +228,7 @@ static fcl_status load_or_build(fcl_context *ctx, const kernel_plan *plan, const
             size_t len = 0;
             unsigned char *binary = program_binary(ctx->program, &len);
             if (binary)
-                cache_store(cache_dir, path, identity, binary, len);
+                fcl_cache_store(cache_dir, path, identity, binary, len);
             free(binary);
         }
     }
@@ -609,9 +435,9 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     char dir_buf[4096];
     build_setup setup;
     const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
-    ctx->info.program_cache_usable = binaries_are_safe(&ctx->info);
+    ctx->info.program_cache_usable = fcl_cache_usable(&ctx->info);
     setup.cache_dir = ctx->info.program_cache_usable
-                          ? resolve_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf)
+                          ? fcl_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf)
                           : NULL;
     if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
                  extra ? extra : "") >= (int)sizeof setup.options)
