@@ -244,11 +244,14 @@ FA_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_
     return s;
 }
 
+/* Whether key kj lies outside a query's visible keys vis (fa_visible_keys). */
+int fa_hidden(int2 vis, ulong kj) { return (long)kj < vis.x || (long)kj > vis.y; }
+
 /* The score of query qi (whose visible keys are vis) and key kj: -inf where hidden. */
 FA_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
                ulong qi, ulong kj)
 {
-    if ((long)kj < vis.x || (long)kj > vis.y)
+    if (fa_hidden(vis, kj))
         return -INFINITY;
     return (p->flags & FA_SCORE_MODIFIERS) ? fa_modified_score(p, io, w, dot, qi, kj) : dot;
 }
@@ -288,7 +291,8 @@ void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulo
 }
 
 /* Where a finished query row goes: with split-KV its unnormalised (o, m, l) into the
- * partials, else o * inv_d into out (only inside out's buffer) and its lse. fa_finish_row
+ * partials, else o * inv_d into out and its lse (inside their buffers: fa_sequence cut packed
+ * sequences to the rows that fit, and lse past lse_limit is not written). fa_finish_row
  * writes the statistics (where writes_stats: one work-item of the row) and says where the
  * row's elements go; fa_store writes one. */
 typedef struct {

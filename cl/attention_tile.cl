@@ -145,10 +145,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint i = 0; i < FA_SQ; i++) {
                 const int2 vis = fa_visible_keys(p, &w, q0 + tq + i * FA_TQ);
                 #pragma unroll
-                for (uint j = 0; j < FA_SK; j++) {
-                    const long kj = (long)(k0 + tk + j * FA_TK);
-                    s[i][j] = kj < vis.x || kj > vis.y ? -INFINITY : s[i][j];
-                }
+                for (uint j = 0; j < FA_SK; j++)
+                    s[i][j] = fa_hidden(vis, k0 + tk + j * FA_TK) ? -INFINITY : s[i][j];
             }
             const uint modifiers = p->flags & FA_SCORE_MODIFIERS;
             if (modifiers & ~(uint)(FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL)) {

@@ -234,7 +234,7 @@ fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_proble
                                     size_t total_q, size_t total_kv,
                                     fcl_attention_extents *e);
 /* Checks the host call's index arrays (lengths, cu_seqlens, block table) against the
- * descriptor; fills the packed totals (len-1 when not packed). */
+ * descriptor; fills the packed totals (cu_seqlens[batch]; 0 when not packed). */
 fcl_status fcl_attention_check_indices(fcl_context *ctx, const fcl_attention_problem *pr,
                                        const fcl_attention_host_io *io, size_t *total_q,
                                        size_t *total_kv);
