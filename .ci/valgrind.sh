@@ -36,7 +36,7 @@ export LD_PRELOAD="$preload" FCL_VALGRIND_CPU_REPLAY="$features"
 "$build/tests/test_guards" > "$work/native.log" 2>&1 || { cat "$work/native.log"; exit 1; }
 
 # 3.
-for t in plan arguments cache guards threads; do
+for t in plan arguments cache guards threads kernel_variants; do
   start=$(date +%s)
   "$valgrind" --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
     --show-leak-kinds=definite,indirect --suppressions="$src/.ci/valgrind.supp" -q \

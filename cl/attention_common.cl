@@ -8,15 +8,6 @@
 
 enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
 
-/* Helpers that take the kernels' structs are inlined where the compiler is clang (AMD,
- * POCL, Mesa, oclgrind): a struct whose address reaches an out-of-line call lives in
- * scratch memory. (NVIDIA's compiler inlines every function.) */
-#if defined(__clang__)
-#define FA_INLINE __attribute__((always_inline))
-#else
-#define FA_INLINE
-#endif
-
 #define FA_DEV_U32 uint
 #define FA_DEV_U64 ulong
 #define FA_DEV_F32 float
@@ -59,7 +50,7 @@ typedef struct {
 /* The one addressing helper: the element where row t starts. A block-table entry outside
  * [0, num_pages) is clamped into it (the device cannot validate it first), so a paged row
  * stays inside the pages the host checked the buffer holds. */
-FA_INLINE ulong fa_row(const fa_params *p, const fa_io *io, const fa_rows *r, ulong t)
+FCL_INLINE ulong fa_row(const fa_params *p, const fa_io *io, const fa_rows *r, ulong t)
 {
     if (!r->paged)
         return r->base + t * r->token_stride;
@@ -107,7 +98,7 @@ fa_rows fa_rows_at(ulong base, ulong page_stride, ulong token_stride)
     return r;
 }
 
-FA_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong h)
+FCL_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong h)
 {
     fa_seq s;
     ulong kv_start = 0;
@@ -149,14 +140,14 @@ FA_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulong
 
 /* Where the sequence's output rows are: computed after the kernels' loops, so that it does
  * not hold registers through them. */
-FA_INLINE fa_rows fa_out_rows(const fa_params *p, const fa_seq *s)
+FCL_INLINE fa_rows fa_out_rows(const fa_params *p, const fa_seq *s)
 {
     return fa_rows_at(p->o_offset + s->b * p->o_batch + s->h * p->o_head + s->q_start * p->o_token, 0,
                       p->o_token);
 }
 
 /* The ALiBi slope of the sequence's head (0 without ALiBi). */
-FA_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
+FCL_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
 {
     return (p->flags & (FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK))
                ? io->alibi_slopes[s->b * p->alibi_batch + s->h]
@@ -172,7 +163,7 @@ typedef struct {
     ulong kv_begin, kv_end;
 } fa_work;
 
-FA_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
+FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
 {
     fa_work w;
     const ulong heads_total = (ulong)p->batch * p->heads_q;
@@ -201,7 +192,7 @@ FA_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong 
 
 /* The keys query qi may see, [x, y] (x > y: none): within the block's range, and where
  * causality and the window allow. Constant over a kernel's walk through the keys. */
-FA_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
+FCL_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
 {
     const int2 none = (int2)(1, 0);
     if (qi >= w->s.len_q || w->kv_begin >= w->kv_end)
@@ -224,7 +215,7 @@ FA_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
 /* A visible key's score from dot = q_scale * q.k, in the contract's order: softcap, ALiBi,
  * the mask (-inf where a boolean mask hides the key; a -inf mask entry hides it whatever
  * the slope). */
-FA_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
+FCL_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
                         ulong kj)
 {
     if (p->flags & FA_FLAG_SOFTCAP)
@@ -248,7 +239,7 @@ FA_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_
 int fa_hidden(int2 vis, ulong kj) { return (long)kj < vis.x || (long)kj > vis.y; }
 
 /* The score of query qi (whose visible keys are vis) and key kj: -inf where hidden. */
-FA_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
+FCL_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
                ulong qi, ulong kj)
 {
     if (fa_hidden(vis, kj))
@@ -259,11 +250,11 @@ FA_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, 
 /* The output scale and lse of a row from its final (m, l), the sink joining the
  * denominator: out = o * inv_d. A row with no visible key gives 0 and lse = sink (-inf
  * without sinks), never NaN. */
-FA_INLINE fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
+FCL_INLINE fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
 {
     if (!(p->flags & FA_FLAG_SINKS))
         return fcl_row_norm_from((float2)(m, l));
-    const float2 with_sink = fcl_stat_merge((float2)(m, l), (float2)(io->sinks[s->h], 1.0f));
+    const float2 with_sink = fcl_stat_merge((float2)(m, l), fcl_sink_state(io->sinks[s->h]));
     fcl_row_norm n = fcl_row_norm_from(with_sink);
     n.inv_d *= m == -INFINITY ? 0.0f : exp(m - with_sink.x); /* o was summed under max m */
     return n;
@@ -301,7 +292,7 @@ typedef struct {
     float scale; /* inv_d */
 } fa_dest;
 
-FA_INLINE fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulong qi, float m,
+FCL_INLINE fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_work *w, ulong qi, float m,
                       float l, int writes_stats)
 {
     fa_dest dst;
@@ -329,7 +320,7 @@ FA_INLINE fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_wo
 }
 
 /* Element d of a finished row, o its unnormalised accumulator value. */
-FA_INLINE void fa_store(const fa_params *p, const fa_io *io, fa_dest dst, ulong d, float o)
+FCL_INLINE void fa_store(const fa_params *p, const fa_io *io, fa_dest dst, ulong d, float o)
 {
     if (dst.partial)
         io->partial_o[dst.at + d] = o;

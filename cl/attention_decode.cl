@@ -17,7 +17,7 @@
  * (r, c)'s share of a step, zero for keys at or past kv_end and columns at or past dim. Every
  * load is unconditional (at an index inside the buffer) and dtype a constant per call, so
  * all of them are issued before the first is used. */
-FA_INLINE void FCL_CAT(fa_dec_gather_typed, FA_NAME)(__private float *x, const fa_params *p,
+FCL_INLINE void FCL_CAT(fa_dec_gather_typed, FA_NAME)(__private float *x, const fa_params *p,
                                                      const fa_io *io, __global const void *src,
                                                      const uint dtype,
                                                      const fa_rows *rows, ulong k0, uint r,
@@ -37,7 +37,7 @@ FA_INLINE void FCL_CAT(fa_dec_gather_typed, FA_NAME)(__private float *x, const f
     }
 }
 
-FA_INLINE void FCL_CAT(fa_dec_gather, FA_NAME)(__private float *x, const fa_params *p,
+FCL_INLINE void FCL_CAT(fa_dec_gather, FA_NAME)(__private float *x, const fa_params *p,
                                                const fa_io *io, __global const void *src,
                                                uint dtype,
                                                const fa_rows *rows, ulong k0, uint r, uint c,

@@ -29,7 +29,7 @@
  * a constant in each call below, so no branch is left between the loads either. rows * FA_D
  * is a multiple of the batch (tiles of 8 or more rows, FA_D >= 64). */
 #define FA_LOAD_BATCH 8
-FA_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
                                                const fa_params *p, const fa_io *io,
                                                __global const void *src, const uint dtype,
                                                const fa_rows *r, ulong row0,
@@ -52,7 +52,7 @@ FA_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], ui
     }
 }
 
-FA_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
+FCL_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
                                               const fa_params *p, const fa_io *io,
                                               __global const void *src, uint dtype,
                                               const fa_rows *r, ulong row0,

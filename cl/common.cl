@@ -4,7 +4,7 @@
  *   FCL_LWS  work-group size of the row kernels (a power of two)
  *   FCL_VEC  elements per vector in the row kernels: 4, 8 or 16
  *   FCL_BLOCK_ITEMS  elements each work-item of softmax_block holds (0: no softmax_block)
- *   FCL_ATTENTION_ROWS  1: also build attention_rows (a query block per work-item)
+ *   FCL_FORCE_INLINE  1: helpers that take the kernels' structs are forced inline
  */
 #ifndef FCL_LWS
 #define FCL_LWS 64
@@ -15,10 +15,18 @@
 #ifndef FCL_BLOCK_ITEMS
 #define FCL_BLOCK_ITEMS 0
 #endif
+#ifndef FCL_FORCE_INLINE
+#define FCL_FORCE_INLINE 1
+#endif
 
-#define FCL_FLAG_LOG 1u  /* log-softmax */
-#define FCL_FLAG_MASK 2u /* an additive float32 mask is given */
-#define FCL_FLAG_LSE 4u  /* write the log-sum-exp of each row */
+/* Helpers that take the kernels' structs are inlined where the compiler is clang (AMD,
+ * POCL, Mesa): a struct whose address reaches an out-of-line call lives in scratch memory.
+ * (NVIDIA's compiler inlines every function; the planner turns this off for Oclgrind.) */
+#if defined(__clang__) && FCL_FORCE_INLINE
+#define FCL_INLINE __attribute__((always_inline))
+#else
+#define FCL_INLINE
+#endif
 
 #define FCL_CAT_(a, b) a##_##b
 #define FCL_CAT(a, b) FCL_CAT_(a, b)
@@ -219,32 +227,13 @@ fcl_row_norm fcl_row_norm_from(float2 st)
     return n;
 }
 
-float fcl_normalize(float s, fcl_row_norm n, uint flags)
+/* The state of an attention sink, one extra logit in a row's denominator: -inf adds nothing,
+ * and a NaN sink must make the row NaN (fmax would drop it as a max). */
+float2 fcl_sink_state(float sink)
 {
-    if (flags & FCL_FLAG_LOG)
-        return n.empty ? -INFINITY : (s - n.shift) - n.log_d;
-    return exp(s - n.shift) * n.inv_d;
-}
-
-floatv fcl_normalize_vec(floatv s, fcl_row_norm n, uint flags)
-{
-    if (flags & FCL_FLAG_LOG)
-        return n.empty ? (floatv)(-INFINITY) : (s - n.shift) - n.log_d;
-    return exp(s - n.shift) * n.inv_d;
-}
-
-/* The score of element j: scale * x + mask. One function (scalar and vector) so that every
- * pass of every algorithm rounds it identically. */
-float fcl_score(float x, float scale, __global const float *mask_row, ulong j, uint flags)
-{
-    float s = scale * x;
-    return (flags & FCL_FLAG_MASK) ? s + mask_row[j] : s;
-}
-
-floatv fcl_score_vec(floatv x, float scale, __global const float *mask_row, ulong j, uint flags)
-{
-    floatv s = scale * x;
-    return (flags & FCL_FLAG_MASK) ? s + FCL_VLOADN(0, mask_row + j) : s;
+    if (isnan(sink))
+        return (float2)(-INFINITY, NAN);
+    return (float2)(sink, sink == -INFINITY ? 0.0f : 1.0f);
 }
 
 /* ---- Storage type chosen at run time (attention: q, kv and out types are independent;

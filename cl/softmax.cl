@@ -16,11 +16,6 @@
 #define FCL_VSTORE FCL_CAT(fcl_vstore, FCL_DT)
 #define FCL_KERNEL(name) __kernel __attribute__((reqd_work_group_size(FCL_LWS, 1, 1))) void FCL_CAT(name, FCL_DT)
 
-#define FCL_ROW_ARGS                                                                       \
-    __global const FCL_T *in, ulong in_stride, __global FCL_T *out, ulong out_stride,        \
-        __global const float *mask, ulong mask_stride, __global float *lse, ulong rows,      \
-        ulong cols, float scale, uint flags
-
 /* Each work-item takes FCL_VEC consecutive elements at a time, FCL_LWS * FCL_VEC apart; the
  * one vector that straddles the end of a range is finished element by element. Every
  * work-item therefore touches the same indices in each pass of a row. */
@@ -43,8 +38,8 @@ void FCL_CAT(softmax_load_batch, FCL_DT)(floatv *x, __global const FCL_T *in_row
 
 /* Statistics of the vectors of in[row] from `first` on, `step` apart, before `end`: this
  * work-item's share of a row (FCL_FIRST, FCL_STEP) or a whole row (0, FCL_VEC). */
-float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
-                                      __global const float *mask_row, ulong first, ulong step,
+FCL_INLINE float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
+                                      sm_row row, ulong first, ulong step,
                                       ulong end, float scale, uint flags)
 {
     float m = -INFINITY, d = 0.0f, comp = 0.0f;
@@ -55,15 +50,15 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
         FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, step);
         #pragma unroll
         for (uint b = 0; b < FCL_BATCH; b++)
-            fcl_stat_add_vec(&m, &dv, &cv, fcl_score_vec(x[b], scale, mask_row, j + b * step, flags));
+            fcl_stat_add_vec(&m, &dv, &cv, sm_score_vec(x[b], scale, row, j + b * step, flags));
     }
     for (; j + FCL_VEC <= end; j += step)
         fcl_stat_add_vec(&m, &dv, &cv,
-                         fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
+                         sm_score_vec(FCL_VLOAD(in_row, j), scale, row, j, flags));
     /* The tail joins under the same max: rescale the lanes if it raises it. */
     float m_lanes = m;
     for (; j < end; j++)
-        fcl_stat_add(&m, &d, &comp, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
+        fcl_stat_add(&m, &d, &comp, sm_score(FCL_LOAD(in_row, j), scale, row, j, flags));
     if (m > m_lanes) {
         float r = exp(m_lanes - m);
         dv *= r;
@@ -73,8 +68,8 @@ float2 FCL_CAT(softmax_stats, FCL_DT)(__global const FCL_T *in_row,
 }
 
 /* Writes the same share of out[row] from scores recomputed from the input. */
-void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
-                                    __global const float *mask_row, __global FCL_T *out_row,
+FCL_INLINE void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
+                                    sm_row row, __global FCL_T *out_row,
                                     ulong first, ulong step, ulong end, float scale, uint flags,
                                     fcl_row_norm n)
 {
@@ -84,28 +79,28 @@ void FCL_CAT(softmax_write, FCL_DT)(__global const FCL_T *in_row,
         FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, step);
         #pragma unroll
         for (uint b = 0; b < FCL_BATCH; b++) {
-            floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * step, flags);
-            FCL_VSTORE(out_row, j + b * step, fcl_normalize_vec(s, n, flags));
+            floatv s = sm_score_vec(x[b], scale, row, j + b * step, flags);
+            FCL_VSTORE(out_row, j + b * step, sm_normalize_vec(s, n, flags));
         }
     }
     for (; j + FCL_VEC <= end; j += step) {
-        floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
-        FCL_VSTORE(out_row, j, fcl_normalize_vec(s, n, flags));
+        floatv s = sm_score_vec(FCL_VLOAD(in_row, j), scale, row, j, flags);
+        FCL_VSTORE(out_row, j, sm_normalize_vec(s, n, flags));
     }
     for (; j < end; j++)
-        FCL_STORE(out_row, j, fcl_normalize(fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags),
+        FCL_STORE(out_row, j, sm_normalize(sm_score(FCL_LOAD(in_row, j), scale, row, j, flags),
                                             n, flags));
 }
 
 /* FUSED: the row's scores are kept in local memory (row_buf, cols floats), so the input
  * is read once, and one exp per element suffices: pass 1 loads the scores and finds the
  * max, pass 2 turns them into exp(s - m) (kept, unless log) and sums, pass 3 scales. */
-FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
+FCL_KERNEL(softmax_fused)(SM_ROW_ARGS, __local float *row_buf)
 {
     __local float2 scratch[FCL_LWS];
     for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
         __global const FCL_T *in_row = in + r * in_stride;
-        __global const float *mask_row = mask + r * mask_stride;
+        const sm_row row = softmax_row(r);
         floatv mv = -INFINITY;
         ulong j = FCL_FIRST(0);
         for (; FCL_BATCH_FITS(j, FCL_STEP, cols); j += FCL_BATCH * FCL_STEP) {
@@ -113,26 +108,26 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
             FCL_CAT(softmax_load_batch, FCL_DT)(x, in_row, j, FCL_STEP);
             #pragma unroll
             for (uint b = 0; b < FCL_BATCH; b++) {
-                floatv s = fcl_score_vec(x[b], scale, mask_row, j + b * FCL_STEP, flags);
+                floatv s = sm_score_vec(x[b], scale, row, j + b * FCL_STEP, flags);
                 FCL_VSTOREN(s, 0, row_buf + j + b * FCL_STEP);
                 mv = fmax(mv, s);
             }
         }
         for (; j + FCL_VEC <= cols; j += FCL_STEP) {
-            floatv s = fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags);
+            floatv s = sm_score_vec(FCL_VLOAD(in_row, j), scale, row, j, flags);
             FCL_VSTOREN(s, 0, row_buf + j);
             mv = fmax(mv, s);
         }
         float m = fcl_hmax(mv);
         for (; j < cols; j++) {
-            float s = fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags);
+            float s = sm_score(FCL_LOAD(in_row, j), scale, row, j, flags);
             row_buf[j] = s;
             m = fmax(m, s);
         }
         /* A NaN never becomes the max (fmax skips it); it turns d into NaN below. */
         m = fcl_stat_reduce((float2)(m, 0.0f), scratch).x;
         const float shift = m == -INFINITY ? 0.0f : m; /* all -inf: every exp is 0 */
-        const int keep_exp = !(flags & FCL_FLAG_LOG);
+        const int keep_exp = !(flags & SM_FLAG_LOG);
         float d = 0.0f, comp = 0.0f;
         floatv dv = 0.0f, cv = 0.0f;
         for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP) {
@@ -147,17 +142,18 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
                 row_buf[j] = e;
             fcl_kahan_add(&d, &comp, e);
         }
-        fcl_row_norm n =
-            fcl_row_norm_from(fcl_stat_reduce(fcl_stat_lanes(m, d, comp, dv, cv), scratch));
-        if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+        fcl_row_norm n = sm_row_norm(
+            fcl_stat_reduce(fcl_stat_lanes(m, d, comp, dv, cv), scratch), row, flags);
+        if (get_local_id(0) == 0 && (flags & SM_FLAG_LSE))
             lse[r] = n.lse;
+        const float factor = sm_kept_factor(shift, m != -INFINITY, n);
         __global FCL_T *out_row = out + r * out_stride;
         for (j = FCL_FIRST(0); j + FCL_VEC <= cols; j += FCL_STEP) {
             floatv v = FCL_VLOADN(0, row_buf + j);
-            FCL_VSTORE(out_row, j, keep_exp ? v * n.inv_d : fcl_normalize_vec(v, n, flags));
+            FCL_VSTORE(out_row, j, keep_exp ? v * factor : sm_normalize_vec(v, n, flags));
         }
         for (; j < cols; j++)
-            FCL_STORE(out_row, j, keep_exp ? row_buf[j] * n.inv_d : fcl_normalize(row_buf[j], n, flags));
+            FCL_STORE(out_row, j, keep_exp ? row_buf[j] * factor : sm_normalize(row_buf[j], n, flags));
     }
 }
 
@@ -168,36 +164,46 @@ FCL_KERNEL(softmax_fused)(FCL_ROW_ARGS, __local float *row_buf)
  * j % lanes: neighbouring work-items read neighbouring elements. Each work-item keeps
  * exp(s - its own max) and its own (m, d); one merge over the lanes gives the row's (m, d),
  * so the input is read once, with one exp per element and one reduction per row. */
-FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
+/* Element i of a work-item in softmax_block; past the row's end, its element 0 again. */
+#define FCL_BLOCK_INDEX(i) (lane + (i) * lanes <= last ? lane + (i) * lanes : lane)
+
+FCL_KERNEL(softmax_block)(SM_ROW_ARGS, uint lanes)
 {
     __local float2 scratch[FCL_LWS];
     const uint lane = get_local_id(0) & (lanes - 1);
     const ulong rows_per_pass = FCL_LWS / lanes;
-    const int keep_exp = !(flags & FCL_FLAG_LOG);
+    const int keep_exp = !(flags & SM_FLAG_LOG);
     const uint last = (uint)cols - 1; /* cols <= FCL_LWS * FCL_BLOCK_ITEMS */
     /* The loop bound is the same for the whole group: every work-item reaches each barrier. */
     for (ulong r0 = get_group_id(0) * rows_per_pass; r0 < rows;
          r0 += get_num_groups(0) * rows_per_pass) {
         const ulong r = r0 + get_local_id(0) / lanes;
         const int live = r < rows;
-        __global const FCL_T *in_row = in + (live ? r : 0) * in_stride;
-        __global const float *mask_row = mask + (live ? r : 0) * mask_stride;
-        /* Every load is unconditional (indices past the row read its last element), so the
-         * compiler issues them all before the first use: a branch around each would make
-         * them wait for one another. The score is fcl_score's, in the same two roundings. */
+        /* A work-item loads only its own row's elements: in place, any other element may be
+         * written meanwhile by the work-item that owns it (a data race). The loads are
+         * unconditional within the row (indices past its end read the work-item's first
+         * element again), so the compiler issues them all before the first use: a branch
+         * around each would make them wait for one another. A work-item past the last row,
+         * or whose first element is past the row's end, loads nothing. */
+        const int owns = live && lane <= last;
+        const sm_row row = softmax_row(live ? r : 0);
         float x[FCL_BLOCK_ITEMS];
-        #pragma unroll
-        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
-            x[i] = scale * FCL_LOAD(in_row, min(lane + i * lanes, last));
-        if (flags & FCL_FLAG_MASK) {
+        if (owns) {
+            __global const FCL_T *in_row = in + r * in_stride;
+            /* The score is sm_score's, in the same two roundings. */
             #pragma unroll
             for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
-                x[i] += mask_row[min(lane + i * lanes, last)];
+                x[i] = scale * FCL_LOAD(in_row, FCL_BLOCK_INDEX(i));
+            if (flags & SM_FLAG_MASK) {
+                #pragma unroll
+                for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
+                    x[i] += sm_mask(row, FCL_BLOCK_INDEX(i), flags);
+            }
         }
         float m_own = -INFINITY;
         #pragma unroll
         for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
-            x[i] = live && lane + i * lanes <= last ? x[i] : -INFINITY;
+            x[i] = owns && lane + i * lanes <= last ? x[i] : -INFINITY;
             m_own = fmax(m_own, x[i]); /* NaN never becomes the max; it turns d into NaN */
         }
         const float shift_own = m_own == -INFINITY ? 0.0f : m_own;
@@ -209,11 +215,11 @@ FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
             if (keep_exp)
                 x[i] = e;
         }
-        fcl_row_norm n = fcl_row_norm_from(
-            fcl_stat_reduce_lanes((float2)(m_own, d_own), lanes, scratch));
+        fcl_row_norm n = sm_row_norm(
+            fcl_stat_reduce_lanes((float2)(m_own, d_own), lanes, scratch), row, flags);
         if (!live)
             continue;
-        if (lane == 0 && (flags & FCL_FLAG_LSE))
+        if (lane == 0 && (flags & SM_FLAG_LSE))
             lse[r] = n.lse;
         /* exp(s - m) / d = exp(s - m_own) * exp(m_own - m) / d. A work-item that saw only
          * -inf holds zeros (exp(-inf - -inf) would be NaN), which a NaN d still turns NaN. */
@@ -223,25 +229,26 @@ FCL_KERNEL(softmax_block)(FCL_ROW_ARGS, uint lanes)
         for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
             uint j = lane + i * lanes;
             if (j <= last)
-                FCL_STORE(out_row, j, keep_exp ? x[i] * factor : fcl_normalize(x[i], n, flags));
+                FCL_STORE(out_row, j, keep_exp ? x[i] * factor : sm_normalize(x[i], n, flags));
         }
     }
 }
+#undef FCL_BLOCK_INDEX
 #endif
 
 /* ONLINE: pass 1 streams the row keeping (m, d), pass 2 streams it again and writes. */
-FCL_KERNEL(softmax_online)(FCL_ROW_ARGS)
+FCL_KERNEL(softmax_online)(SM_ROW_ARGS)
 {
     __local float2 scratch[FCL_LWS];
     for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0)) {
         __global const FCL_T *in_row = in + r * in_stride;
-        __global const float *mask_row = mask + r * mask_stride;
-        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in_row, mask_row, FCL_FIRST(0), FCL_STEP, cols,
+        const sm_row row = softmax_row(r);
+        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in_row, row, FCL_FIRST(0), FCL_STEP, cols,
                                                    scale, flags);
-        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce(st, scratch));
-        if (get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+        fcl_row_norm n = sm_row_norm(fcl_stat_reduce(st, scratch), row, flags);
+        if (get_local_id(0) == 0 && (flags & SM_FLAG_LSE))
             lse[r] = n.lse;
-        FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out + r * out_stride, FCL_FIRST(0),
+        FCL_CAT(softmax_write, FCL_DT)(in_row, row, out + r * out_stride, FCL_FIRST(0),
                                        FCL_STEP, cols, scale, flags, n);
     }
 }
@@ -252,62 +259,63 @@ FCL_KERNEL(softmax_online)(FCL_ROW_ARGS)
  * One exp per element: pass 1 finds the max, pass 2 sums exp(s - m) (and, for float32
  * softmax, keeps it in out), pass 3 scales out (or writes s - m - log d, or recomputes the
  * exp for half outputs, which must not be rounded twice). Any work-group size. */
-__kernel void FCL_CAT(softmax_rows, FCL_DT)(FCL_ROW_ARGS)
+__kernel void FCL_CAT(softmax_rows, FCL_DT)(SM_ROW_ARGS)
 {
-    const int keep_exp = FCL_CAT(fcl_is_f32, FCL_DT) && !(flags & FCL_FLAG_LOG);
+    const int keep_exp = FCL_CAT(fcl_is_f32, FCL_DT) && !(flags & SM_FLAG_LOG);
     for (ulong r = get_global_id(0); r < rows; r += get_global_size(0)) {
         __global const FCL_T *in_row = in + r * in_stride;
-        __global const float *mask_row = mask + r * mask_stride;
+        const sm_row row = softmax_row(r);
         __global FCL_T *out_row = out + r * out_stride;
         floatv mv = -INFINITY;
         float m = -INFINITY;
         ulong j = 0;
         for (; j + FCL_VEC <= cols; j += FCL_VEC)
-            mv = fmax(mv, fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags));
+            mv = fmax(mv, sm_score_vec(FCL_VLOAD(in_row, j), scale, row, j, flags));
         for (; j < cols; j++)
-            m = fmax(m, fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags));
+            m = fmax(m, sm_score(FCL_LOAD(in_row, j), scale, row, j, flags));
         m = fmax(m, fcl_hmax(mv)); /* NaN never becomes the max; it turns d into NaN */
         const float shift = m == -INFINITY ? 0.0f : m;
 
         floatv dv = 0.0f, cv = 0.0f;
         float d = 0.0f, comp = 0.0f;
         for (j = 0; j + FCL_VEC <= cols; j += FCL_VEC) {
-            floatv e = exp(fcl_score_vec(FCL_VLOAD(in_row, j), scale, mask_row, j, flags) - shift);
+            floatv e = exp(sm_score_vec(FCL_VLOAD(in_row, j), scale, row, j, flags) - shift);
             if (keep_exp)
                 FCL_VSTORE(out_row, j, e);
             fcl_kahan_add_vec(&dv, &cv, e);
         }
         for (; j < cols; j++) {
-            float e = exp(fcl_score(FCL_LOAD(in_row, j), scale, mask_row, j, flags) - shift);
+            float e = exp(sm_score(FCL_LOAD(in_row, j), scale, row, j, flags) - shift);
             if (keep_exp)
                 FCL_STORE(out_row, j, e);
             fcl_kahan_add(&d, &comp, e);
         }
-        fcl_row_norm n = fcl_row_norm_from(fcl_stat_lanes(m, d, comp, dv, cv));
-        if (flags & FCL_FLAG_LSE)
+        fcl_row_norm n = sm_row_norm(fcl_stat_lanes(m, d, comp, dv, cv), row, flags);
+        if (flags & SM_FLAG_LSE)
             lse[r] = n.lse;
         if (!keep_exp) {
-            FCL_CAT(softmax_write, FCL_DT)(in_row, mask_row, out_row, 0, FCL_VEC, cols, scale,
+            FCL_CAT(softmax_write, FCL_DT)(in_row, row, out_row, 0, FCL_VEC, cols, scale,
                                            flags, n);
             continue;
         }
+        const float factor = sm_kept_factor(shift, m != -INFINITY, n);
         for (j = 0; j + FCL_VEC <= cols; j += FCL_VEC)
-            FCL_VSTORE(out_row, j, FCL_VLOAD(out_row, j) * n.inv_d);
+            FCL_VSTORE(out_row, j, FCL_VLOAD(out_row, j) * factor);
         for (; j < cols; j++)
-            FCL_STORE(out_row, j, FCL_LOAD(out_row, j) * n.inv_d);
+            FCL_STORE(out_row, j, FCL_LOAD(out_row, j) * factor);
     }
 }
 
 /* SPLIT, step 1: work-group g handles slice g % slices of row g / slices and writes that
  * slice's (m, d) to partial[g]. */
-FCL_KERNEL(softmax_split_stats)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
+FCL_KERNEL(softmax_split_stats)(SM_ROW_ARGS, ulong slices, ulong slice_cols,
                                 __global float2 *partial)
 {
     __local float2 scratch[FCL_LWS];
     for (ulong g = get_group_id(0); g < rows * slices; g += get_num_groups(0)) {
         ulong r = g / slices, begin = (g % slices) * slice_cols;
         ulong end = min(cols, begin + slice_cols);
-        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
+        float2 st = FCL_CAT(softmax_stats, FCL_DT)(in + r * in_stride, softmax_row(r),
                                                    FCL_FIRST(begin), FCL_STEP, end, scale, flags);
         st = fcl_stat_reduce(st, scratch);
         if (get_local_id(0) == 0)
@@ -317,7 +325,7 @@ FCL_KERNEL(softmax_split_stats)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
 
 /* SPLIT, step 2: each work-group merges all partial states of its row, then writes its
  * own slice. The group holding slice 0 writes the row's lse. */
-FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
+FCL_KERNEL(softmax_split_write)(SM_ROW_ARGS, ulong slices, ulong slice_cols,
                                 __global const float2 *partial)
 {
     __local float2 scratch[FCL_LWS];
@@ -326,10 +334,11 @@ FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
         float2 st = (float2)(-INFINITY, 0.0f);
         for (ulong k = get_local_id(0); k < slices; k += FCL_LWS)
             st = fcl_stat_merge(st, partial[r * slices + k]);
-        fcl_row_norm n = fcl_row_norm_from(fcl_stat_reduce(st, scratch));
-        if (slice == 0 && get_local_id(0) == 0 && (flags & FCL_FLAG_LSE))
+        const sm_row row = softmax_row(r);
+        fcl_row_norm n = sm_row_norm(fcl_stat_reduce(st, scratch), row, flags);
+        if (slice == 0 && get_local_id(0) == 0 && (flags & SM_FLAG_LSE))
             lse[r] = n.lse;
-        FCL_CAT(softmax_write, FCL_DT)(in + r * in_stride, mask + r * mask_stride,
+        FCL_CAT(softmax_write, FCL_DT)(in + r * in_stride, row,
                                        out + r * out_stride, FCL_FIRST(begin), FCL_STEP,
                                        min(cols, begin + slice_cols), scale, flags, n);
     }
@@ -345,4 +354,3 @@ FCL_KERNEL(softmax_split_write)(FCL_ROW_ARGS, ulong slices, ulong slice_cols,
 #undef FCL_BATCH
 #undef FCL_BATCH_FITS
 #undef FCL_KERNEL
-#undef FCL_ROW_ARGS

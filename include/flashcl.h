@@ -166,8 +166,20 @@ typedef struct fcl_softmax_desc {
     fcl_dtype dtype;              /* storage type of in and out */
     float scale;                  /* 0 = 1 */
     int log;                      /* nonzero: log-softmax */
-    size_t mask_stride;           /* additive float32 mask row stride; 0 = one shared row */
+    size_t mask_stride;           /* additive mask row stride; 0 = one shared row (see mask_rows) */
     fcl_softmax_algo algo;
+
+    /* ---- v0.2: ggml's soft_max_ext (all zero: as above) ---- */
+    /* Row r belongs to head h(r) = (r / head_rows) % heads; both 0: no heads. The sinks and
+     * alibi_slopes buffers (float32 [heads]) need heads. */
+    size_t heads, head_rows;
+    /* Row r adds mask row r % mask_rows (mask_stride apart; 0 = cols), so one [head_rows]
+     * mask serves every head and batch. 0: as in v0 (row r with a mask_stride, else row 0). */
+    size_t mask_rows;
+    fcl_dtype mask_dtype; /* FCL_DTYPE_F32 (as in v0) or FCL_DTYPE_F16 (ggml's masks) */
+    /* With alibi_slopes: s = scale * x + slope(h(r)) * mask (ggml's max_bias convention; a
+     * -inf mask entry still hides its element whatever the slope). */
+    int alibi_from_mask;
 } fcl_softmax_desc;
 
 /* AUTO: FUSED when the row fits on chip (fcl_device_info.softmax_fused_max_cols: registers for
@@ -186,6 +198,27 @@ FCL_API fcl_status fcl_softmax(fcl_context *ctx, const fcl_softmax_desc *d, cl_m
  * out (out_stride > cols) is left as it was. */
 FCL_API fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d, const void *in,
                             const float *mask, void *out, float *lse);
+/* The v0.2 buffers; NULL where absent. sinks float32 [heads]: one extra logit per head in
+ * the denominator: out = exp(s - m) / (exp(sink - m) + sum_j exp(s_j - m)) with
+ * m = max(sink, max_j s_j), lse includes the sink, log-softmax is s - lse; a row whose s are
+ * all -inf gives 0 (log: -inf) and lse = sink. alibi_slopes float32 [heads] (with
+ * alibi_from_mask; fcl_alibi_slopes gives the standard ones). mask is float32 or float16
+ * (mask_dtype). */
+typedef struct fcl_softmax_io {
+    cl_mem in, mask, out, lse, sinks, alibi_slopes;
+} fcl_softmax_io;
+typedef struct fcl_softmax_host_io {
+    const void *in, *mask;
+    void *out;
+    float *lse;
+    const float *sinks, *alibi_slopes;
+} fcl_softmax_host_io;
+/* fcl_softmax and fcl_softmax_host are these calls without sinks and slopes. */
+FCL_API fcl_status fcl_softmax_run(fcl_context *ctx, const fcl_softmax_desc *d,
+                                   const fcl_softmax_io *io, cl_uint n_wait, const cl_event *wait,
+                                   cl_event *done);
+FCL_API fcl_status fcl_softmax_run_host(fcl_context *ctx, const fcl_softmax_desc *d,
+                                        const fcl_softmax_host_io *io); /* blocking */
 /* The algorithm fcl_softmax would run for d, without running it. */
 FCL_API fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo);
 FCL_API const char *fcl_softmax_algo_name(fcl_softmax_algo a);

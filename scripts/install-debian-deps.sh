@@ -3,11 +3,12 @@
 # headers, POCL (OpenCL on the CPU, for machines without a GPU driver), CMocka, and clang-15
 # with rocm-device-libs for the tests' offline compile check of the AMD GPU kernels,
 # pkg-config for the packaging test, cppcheck and clang-tidy for the static analysis test,
-# and valgrind for the memory check.
+# valgrind for the memory check, and oclgrind (an OpenCL simulator that reports out-of-bounds
+# accesses and data races) for the kernel check.
 # Does nothing when everything is already there.
 set -e
 packages="gcc libc6-dev make cmake ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libcmocka-dev
-clang-15 rocm-device-libs pkg-config cppcheck clang-tidy valgrind"
+clang-15 rocm-device-libs pkg-config cppcheck clang-tidy valgrind oclgrind"
 missing=""
 for p in $packages; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

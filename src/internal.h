@@ -129,6 +129,7 @@ typedef struct fcl_tuning {
     size_t softmax_block_lanes; /* ... and at least this many work-items per row */
     int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
     int attention_rows;        /* attention as a block of queries per work-item */
+    int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,

@@ -10,6 +10,8 @@
 
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
 extern const char fcl_cl_common[];
+extern const char fcl_cl_softmax_args[];
+extern const char fcl_cl_softmax_common[];
 extern const char fcl_cl_softmax[];
 extern const char fcl_cl_attention_args[];
 extern const char fcl_cl_attention_common[];
@@ -29,6 +31,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
+    int force_inline;
     /* Per head-dim bucket, the tile candidate; -1: the rows kernel (a block of queries per
      * work-item) serves that bucket. */
     int tile[FCL_ATTENTION_BUCKETS];
@@ -98,9 +101,11 @@ static char *program_source(const kernel_plan *plan)
 {
     text t = {0};
     text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n",
-             plan->work_group_size, plan->vector_width, plan->block_items);
+                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
+             plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+             fcl_cl_softmax_args, fcl_cl_softmax_common);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
                  dtype_suffix[dt], fcl_cl_softmax);
@@ -399,6 +404,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.vector_width = tuning->vector_width;
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
+    plan.force_inline = tuning->force_inline;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         int forced = tuning->attention_tile;
         size_t bq, bk;

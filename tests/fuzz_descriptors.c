@@ -101,13 +101,20 @@ static void fuzz_softmax(reader *r)
     fcl_softmax_desc d = {.rows = take_size(r), .cols = take_size(r), .in_stride = take_size(r),
                           .out_stride = take_size(r), .dtype = (fcl_dtype)(take_u8(r) % 4),
                           .scale = take_scale(r), .log = take_u8(r) & 1,
-                          .mask_stride = take_size(r), .algo = (fcl_softmax_algo)(take_u8(r) % 5)};
+                          .mask_stride = take_size(r), .algo = (fcl_softmax_algo)(take_u8(r) % 5),
+                          .heads = take_size(r), .head_rows = take_size(r),
+                          .mask_rows = take_size(r), .mask_dtype = (fcl_dtype)(take_u8(r) % 3),
+                          .alibi_from_mask = take_u8(r) & 1};
     fcl_softmax_algo algo;
     check_status(fcl_softmax_plan(ctx, &d, &algo));
-    cl_mem in = take_buffer(r, 0, 3), mask = take_buffer(r, 0, 3);
-    cl_mem out = take_buffer(r, 3, 3), lse = take_buffer(r, 3, 3);
+    fcl_softmax_io io = {.in = take_buffer(r, 0, 3), .mask = take_buffer(r, 0, 3),
+                         .out = take_buffer(r, 3, 3), .lse = take_buffer(r, 3, 3)};
+    if (take_u8(r) % 4 == 0)
+        io.sinks = take_buffer(r, 0, 3);
+    if (take_u8(r) % 4 == 0)
+        io.alibi_slopes = take_buffer(r, 0, 3);
     cl_event done = NULL;
-    fcl_status s = fcl_softmax(ctx, &d, in, mask, out, lse, 0, NULL, &done);
+    fcl_status s = fcl_softmax_run(ctx, &d, &io, 0, NULL, &done);
     check_status(s);
     if (s == FCL_SUCCESS && (clWaitForEvents(1, &done) != CL_SUCCESS || clReleaseEvent(done)))
         abort();

@@ -86,25 +86,53 @@ static float mask_value(mask_kind m, size_t row, size_t j, chk_rng *r)
 
 #define PAD_SENTINEL 77.5f /* exact in every storage type (8 significant bits, as bf16) */
 
+/* The per-head buffers of c (NULL where c has none; malloc'd). */
+static float *softmax_sinks(const softmax_case *c, chk_rng *r)
+{
+    float *sinks = c->sinks ? malloc(c->heads * sizeof(float)) : NULL;
+    for (size_t h = 0; sinks && h < c->heads; h++)
+        sinks[h] = h % 4 == 1 ? -INFINITY : (float)(3.0 * chk_normal(r));
+    return sinks;
+}
+
+static float *softmax_slopes(const softmax_case *c)
+{
+    float *slopes = c->alibi ? malloc(c->heads * sizeof(float)) : NULL;
+    if (slopes) {
+        assert_int_equal(fcl_alibi_slopes(c->heads, 8.0f, slopes), FCL_SUCCESS);
+        if (c->heads > 2)
+            slopes[c->heads - 1] = 0.0f; /* a -inf mask entry must stay -inf */
+    }
+    return slopes;
+}
+
 void run_softmax_case(const softmax_case *c, float *got_out)
 {
     chk_rng *r = support_rng();
     size_t esz = chk_dtype_size(c->dtype);
+    fcl_dtype mask_dtype = c->mask_f16 ? FCL_DTYPE_F16 : FCL_DTYPE_F32;
     size_t in_stride = c->cols + c->in_pad, out_stride = c->in_place ? in_stride : c->cols + c->out_pad;
     size_t mask_stride = c->mask == MASK_PER_ROW ? c->cols + 3 : 0;
     size_t in_n = (c->rows - 1) * in_stride + c->cols, out_n = (c->rows - 1) * out_stride + c->cols;
-    size_t mask_n = c->mask == MASK_PER_ROW ? (c->rows - 1) * mask_stride + c->cols : c->cols;
+    size_t mask_rows = c->mask_rows ? c->mask_rows : c->mask == MASK_PER_ROW ? c->rows : 1;
+    size_t mask_row_len = mask_stride ? mask_stride : c->cols;
+    size_t mask_n = (mask_rows - 1) * mask_row_len + c->cols;
+    size_t mask_bytes = mask_n * chk_dtype_size(mask_dtype);
     fcl_softmax_desc d = {.rows = c->rows, .cols = c->cols, .in_stride = in_stride,
                           .out_stride = out_stride, .dtype = c->dtype, .scale = c->scale,
-                          .log = c->log, .mask_stride = mask_stride, .algo = c->algo};
+                          .log = c->log, .mask_stride = mask_stride, .algo = c->algo,
+                          .heads = c->heads, .head_rows = c->head_rows,
+                          .mask_rows = c->mask_rows, .mask_dtype = mask_dtype,
+                          .alibi_from_mask = c->alibi};
 
     void *in = malloc(in_n * esz), *in_copy = malloc(in_n * esz);
     void *out = c->in_place ? in : malloc(out_n * esz);
-    float *mask = c->mask ? malloc(mask_n * sizeof(float)) : NULL;
-    float *mask_copy = c->mask ? malloc(mask_n * sizeof(float)) : NULL;
+    void *mask = c->mask ? malloc(mask_bytes) : NULL;
+    void *mask_copy = c->mask ? malloc(mask_bytes) : NULL;
     float *lse = malloc(c->rows * sizeof(float));
     double *ref = malloc(c->rows * c->cols * sizeof(double));
     double *ref_lse = malloc(c->rows * sizeof(double));
+    float *sinks = softmax_sinks(c, r), *slopes = softmax_slopes(c);
     assert_non_null(in);
     assert_non_null(in_copy);
     assert_non_null(out);
@@ -112,6 +140,8 @@ void run_softmax_case(const softmax_case *c, float *got_out)
     assert_non_null(ref);
     assert_non_null(ref_lse);
     assert_true(!c->mask || (mask && mask_copy));
+    assert_true(!c->sinks || sinks);
+    assert_true(!c->alibi || slopes);
 
     for (size_t i = 0; i < in_n; i++)
         chk_store(in, c->dtype, i, PAD_SENTINEL);
@@ -122,26 +152,27 @@ void run_softmax_case(const softmax_case *c, float *got_out)
         for (size_t i = 0; i < out_n; i++)
             chk_store(out, c->dtype, i, PAD_SENTINEL);
     for (size_t i = 0; c->mask && i < mask_n; i++)
-        mask[i] = mask_value(c->mask, i / (mask_stride ? mask_stride : c->cols),
-                             i % (mask_stride ? mask_stride : c->cols), r);
+        chk_store(mask, mask_dtype, i, mask_value(c->mask, i / mask_row_len, i % mask_row_len, r));
     memcpy(in_copy, in, in_n * esz);
     if (mask)
-        memcpy(mask_copy, mask, mask_n * sizeof(float));
-    chk_softmax_reference(&d, in, mask, ref, ref_lse);
+        memcpy(mask_copy, mask, mask_bytes);
+    const fcl_softmax_host_io io = {.in = in, .mask = mask, .out = out, .lse = lse,
+                                    .sinks = sinks, .alibi_slopes = slopes};
+    chk_softmax_reference(&d, &io, ref, ref_lse);
 
-    fcl_status s = fcl_softmax_host(support_ctx, &d, in, mask, out, lse);
+    fcl_status s = fcl_softmax_run_host(support_ctx, &d, &io);
     if (s != FCL_SUCCESS)
-        fail_msg("fcl_softmax_host: %s: %s", fcl_status_string(s),
+        fail_msg("fcl_softmax_run_host: %s: %s", fcl_status_string(s),
                  fcl_context_last_error(support_ctx));
 
     const char *what = "softmax";
     chk_report rep;
     if (!chk_compare(out, c->dtype, c->rows, c->cols, out_stride, ref,
                      chk_softmax_tolerance(c->dtype), &rep))
-        fail_msg("%s %zux%zu %s %s log=%d: %zu of %zu out of tolerance, first at %lld: got %.9g "
-                 "want %.9g; NMSE %.3g",
+        fail_msg("%s %zux%zu %s %s log=%d heads %zu sinks %d alibi %d: %zu of %zu out of "
+                 "tolerance, first at %lld: got %.9g want %.9g; NMSE %.3g",
                  what, c->rows, c->cols, chk_dtype_name(c->dtype), fcl_softmax_algo_name(c->algo),
-                 c->log, rep.bad, rep.checked, (long long)rep.first_bad, rep.got, rep.want, rep.nmse);
+                 c->log, c->heads, c->sinks, c->alibi, rep.bad, rep.checked, (long long)rep.first_bad, rep.got, rep.want, rep.nmse);
     if (!chk_compare_lse(lse, ref_lse, c->rows, &rep))
         fail_msg("lse %zux%zu %s: row %zu got %.9g want %.9g", c->rows, c->cols,
                  fcl_softmax_algo_name(c->algo), rep.first_bad, rep.got, rep.want);
@@ -152,7 +183,7 @@ void run_softmax_case(const softmax_case *c, float *got_out)
                 fail_msg("padding of out written at row %zu column %zu", row, j);
     if (!c->in_place && memcmp(in, in_copy, in_n * esz) != 0)
         fail_msg("the input was modified");
-    if (mask && memcmp(mask, mask_copy, mask_n * sizeof(float)) != 0)
+    if (mask && memcmp(mask, mask_copy, mask_bytes) != 0)
         fail_msg("the mask was modified");
     if (got_out)
         for (size_t row = 0; row < c->rows; row++)
@@ -168,4 +199,215 @@ void run_softmax_case(const softmax_case *c, float *got_out)
     free(lse);
     free(ref);
     free(ref_lse);
+    free(sinks);
+    free(slopes);
+}
+
+/* ---- attention ---- */
+
+#define ATTENTION_SENTINEL 777.0f /* what out and lse hold where nothing may be written */
+
+void *test_tensor(size_t n, fcl_dtype t)
+{
+    void *p = chk_random_tensor(n ? n : 1, t, support_rng());
+    assert_non_null(p);
+    return p;
+}
+
+static void *copy_of(const void *p, size_t bytes)
+{
+    if (!p)
+        return NULL;
+    void *c = malloc(bytes ? bytes : 1);
+    assert_non_null(c);
+    memcpy(c, p, bytes);
+    return c;
+}
+
+static size_t mask_bytes_per(fcl_mask_type t)
+{
+    return t == FCL_MASK_BOOL_U8 ? 1 : t == FCL_MASK_ADD_F16 ? 2 : 4;
+}
+
+static size_t total_of(const int32_t *cu, size_t batch) { return cu ? (size_t)cu[batch] : 0; }
+
+/* lse index of query i of (b, h). */
+static size_t lse_index(const attention_run *r, const chk_attention_where *w, size_t b, size_t h,
+                        size_t i)
+{
+    if (r->io.cu_seqlens_q)
+        return h * total_of(r->io.cu_seqlens_q, r->d.batch) + w->q_start + i;
+    return (b * r->d.heads_q + h) * r->d.len_q + i;
+}
+
+/* Runs r through fcl_attention_run_host and checks every row of every sequence against the
+ * reference, the untouched parts of out and lse, and the inputs. */
+void check_attention_run(attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    const size_t so = chk_dtype_size(d.dtype_o);
+    void *out = malloc(r->out_n * so);
+    float *lse = malloc((r->lse_n ? r->lse_n : 1) * sizeof(float));
+    unsigned char *written = calloc(r->out_n, 1), *lse_written = calloc(r->lse_n + 1, 1);
+    assert_true(out && lse && written && lse_written);
+    for (size_t e = 0; e < r->out_n; e++)
+        chk_store(out, d.dtype_o, e, ATTENTION_SENTINEL);
+    for (size_t e = 0; e < r->lse_n; e++)
+        lse[e] = ATTENTION_SENTINEL;
+    const size_t sq = chk_dtype_size(d.dtype_q), skv = chk_dtype_size(d.dtype_kv);
+    void *q0 = copy_of(r->io.q, r->q_n * sq), *k0 = copy_of(r->io.k, r->k_n * skv);
+    void *v0 = copy_of(r->io.v, r->v_n * skv);
+    void *m0 = copy_of(r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
+
+    fcl_attention_host_io io = r->io;
+    io.out = out;
+    io.lse = r->lse_n ? lse : NULL;
+    fcl_status s = fcl_attention_run_host(support_ctx, &r->d, &io);
+    if (s != FCL_SUCCESS)
+        fail_msg("fcl_attention_run_host: %s: %s", fcl_status_string(s),
+                 fcl_context_last_error(support_ctx));
+
+    size_t rows = 0;
+    for (size_t b = 0; b < d.batch; b++)
+        rows += chk_attention_locate(&d, &io, b).len_q * d.heads_q;
+    double *got = calloc(rows * d.head_dim_v + 1, sizeof(double));
+    double *want = calloc(rows * d.head_dim_v + 1, sizeof(double));
+    double *got_lse = calloc(rows + 1, sizeof(double)), *want_lse = calloc(rows + 1, sizeof(double));
+    assert_true(got && want && got_lse && want_lse);
+    size_t n = 0;
+    for (size_t b = 0; b < d.batch; b++) {
+        const chk_attention_where w = chk_attention_locate(&d, &io, b);
+        for (size_t h = 0; h < d.heads_q; h++)
+            for (size_t i = 0; i < w.len_q; i++, n++) {
+                size_t at = chk_attention_q_at(&d, &io, 1, b, h, i);
+                assert_true(at + d.head_dim_v <= r->out_n);
+                for (size_t e = 0; e < d.head_dim_v; e++) {
+                    got[n * d.head_dim_v + e] = chk_load(out, d.dtype_o, at + e);
+                    written[at + e] = 1;
+                }
+                chk_attention_row_io(&d, &io, b, h, i, want + n * d.head_dim_v, &want_lse[n]);
+                if (r->lse_n) {
+                    size_t li = lse_index(r, &w, b, h, i);
+                    assert_true(li < r->lse_n);
+                    got_lse[n] = lse[li];
+                    lse_written[li] = 1;
+                } else {
+                    got_lse[n] = want_lse[n];
+                }
+            }
+    }
+    chk_report rep;
+    if (!chk_compare_values(got, want, rows * d.head_dim_v, chk_attention_tolerance(&d), &rep))
+        fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
+                 "(%zu, %zu) page %zu types %d%d%d splits %zu: %zu of %zu off, first %zu (row %zu) "
+                 "got %.7g want %.7g, max|err| %.3g NMSE %.3g",
+                 d.batch, d.heads_q, d.heads_kv, d.len_q, d.len_kv, d.head_dim, d.head_dim_v,
+                 d.causal, d.mask_type, (double)d.softcap, d.window, d.window_left, d.window_right,
+                 d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.kv_splits, rep.bad, rep.checked,
+                 rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
+                 rep.nmse);
+    chk_tolerance lse_tol = {1e-5, 1e-5, 1.0};
+    if (!chk_compare_values(got_lse, want_lse, rows, lse_tol, &rep))
+        fail_msg("lse row %zu: got %.9g want %.9g", rep.first_bad, rep.got, rep.want);
+    for (size_t e = 0; e < r->out_n; e++)
+        if (!written[e] && chk_load(out, d.dtype_o, e) != ATTENTION_SENTINEL)
+            fail_msg("out[%zu], outside out's view, was written (%g)", e,
+                     (double)chk_load(out, d.dtype_o, e));
+    for (size_t e = 0; e < r->lse_n; e++)
+        if (!lse_written[e] && lse[e] != ATTENTION_SENTINEL)
+            fail_msg("lse[%zu], no row's, was written (%g)", e, (double)lse[e]);
+    assert_memory_equal(q0, r->io.q, r->q_n * sq);
+    assert_memory_equal(k0, r->io.k, r->k_n * skv);
+    assert_memory_equal(v0, r->io.v, r->v_n * skv);
+    if (m0)
+        assert_memory_equal(m0, r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
+    free(q0), free(k0), free(v0), free(m0), free(out), free(lse), free(written);
+    free(lse_written), free(got), free(want), free(got_lse), free(want_lse);
+}
+
+/* Contiguous q, k, v (in layout, with capacities len_q and len_kv) and out, lse for r->d. */
+void attention_contiguous_inputs(attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    r->q_n = d.batch * d.heads_q * d.len_q * d.head_dim;
+    r->k_n = d.batch * d.heads_kv * d.len_kv * d.head_dim;
+    r->v_n = d.batch * d.heads_kv * d.len_kv * d.head_dim_v;
+    r->out_n = d.batch * d.heads_q * d.len_q * d.head_dim_v;
+    r->lse_n = d.batch * d.heads_q * d.len_q;
+    r->io.q = test_tensor(r->q_n, d.dtype_q);
+    r->io.k = test_tensor(r->k_n, d.dtype_kv);
+    r->io.v = test_tensor(r->v_n, d.dtype_kv);
+}
+
+void attention_free_inputs(attention_run *r)
+{
+    free((void *)r->io.q);
+    if (r->io.v != r->io.k)
+        free((void *)r->io.v);
+    free((void *)r->io.k);
+    free((void *)r->io.mask);
+}
+
+/* An additive mask [batch][heads][len_q][len_kv] with -inf blocks, every 4th row hidden
+ * whole; f16 or f32. */
+void *attention_additive_mask(attention_run *r, fcl_mask_type type)
+{
+    fcl_attention_desc *d = &r->d;
+    d->mask_type = type;
+    d->mask_stride_q = d->len_kv;
+    d->mask_stride_head = d->len_q * d->len_kv;
+    d->mask_stride_batch = d->heads_q * d->len_q * d->len_kv;
+    r->mask_n = d->batch * d->heads_q * d->len_q * d->len_kv;
+    void *m = malloc(r->mask_n * mask_bytes_per(type));
+    assert_non_null(m);
+    for (size_t e = 0; e < r->mask_n; e++) {
+        size_t i = (e / d->len_kv) % d->len_q, j = e % d->len_kv;
+        float x = i % 4 == 3 || j % 5 == 2 ? -INFINITY : (float)chk_normal(support_rng());
+        if (type == FCL_MASK_ADD_F16)
+            ((uint16_t *)m)[e] = chk_float_to_half(x);
+        else
+            ((float *)m)[e] = x;
+    }
+    r->io.mask = m;
+    return m;
+}
+
+/* A paged cache of the sequences' lengths, pages dealt in shuffled order with spare pages
+ * between them; NHD ([pages][page_size][heads][dim], layout BLHD) or HND (BHLD). */
+void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out)
+{
+    fcl_attention_desc *d = &r->d;
+    const fcl_attention_desc full = chk_attention_defaults(*d);
+    size_t ps = d->page_size, per_seq = (d->len_kv + ps - 1) / ps;
+    d->block_table_stride = per_seq + 1;
+    d->num_pages = d->batch * per_seq + 3;
+    int32_t *table = malloc(d->batch * d->block_table_stride * sizeof(int32_t));
+    int32_t *order = malloc(d->num_pages * sizeof(int32_t));
+    assert_true(table && order);
+    for (size_t p = 0; p < d->num_pages; p++)
+        order[p] = (int32_t)p;
+    for (size_t p = d->num_pages - 1; p > 0; p--) {
+        size_t o = (size_t)(chk_uniform(support_rng()) * (double)(p + 1));
+        int32_t t = order[p];
+        order[p] = order[o];
+        order[o] = t;
+    }
+    for (size_t e = 0; e < d->batch * d->block_table_stride; e++)
+        table[e] = -7; /* entries no length reaches are never read */
+    size_t next = 0;
+    for (size_t b = 0; b < d->batch; b++)
+        for (size_t p = 0; p < (size_t)(lens ? (lens[b] + (int32_t)ps - 1) / (int32_t)ps : (int32_t)per_seq); p++)
+            table[b * d->block_table_stride + p] = order[next++];
+    free(order);
+    r->io.block_table = table;
+    r->io.seqlens_kv = lens;
+    r->q_n = full.batch * full.heads_q * full.len_q * full.head_dim;
+    r->k_n = d->num_pages * ps * full.heads_kv * full.head_dim;
+    r->v_n = d->num_pages * ps * full.heads_kv * full.head_dim_v;
+    r->out_n = full.batch * full.heads_q * full.len_q * full.head_dim_v;
+    r->lse_n = full.batch * full.heads_q * full.len_q;
+    r->io.q = test_tensor(r->q_n, full.dtype_q);
+    r->io.k = test_tensor(r->k_n, full.dtype_kv);
+    r->io.v = test_tensor(r->v_n, full.dtype_kv);
+    *table_out = table;
 }

@@ -44,12 +44,41 @@ typedef struct softmax_case {
     mask_kind mask;
     int in_place;
     fill_kind fill;
+    /* v0.2: heads of head_rows rows; the mask's rows (0: as mask says), float16 mask, ALiBi
+     * slopes scaling the mask (a slope of 0 on the last head), sinks (-inf on every 4th head
+     * from head 1). */
+    size_t heads, head_rows, mask_rows;
+    int mask_f16, alibi, sinks;
 } softmax_case;
 
-/* Runs c through fcl_softmax_host and asserts outputs, lse, padding and inputs.
+/* Runs c through fcl_softmax_run_host and asserts outputs, lse, padding and inputs.
  * If got_out is not NULL it receives the dense float result (rows x cols). */
 void run_softmax_case(const softmax_case *c, float *got_out);
 /* The algorithms that can run c's shape on this device (FUSED only where it fits). */
 int algo_can_run(fcl_softmax_algo a, size_t cols);
+
+/* ---- attention ---- */
+/* A host call to check: desc and io as the caller gives them, with the element counts of
+ * the buffers it allocated (out_n and lse_n: the whole out and lse arrays). */
+typedef struct attention_run {
+    fcl_attention_desc d;
+    fcl_attention_host_io io;
+    size_t q_n, k_n, v_n, mask_n, out_n, lse_n;
+} attention_run;
+
+/* Runs r through fcl_attention_run_host and checks every row of every sequence against the
+ * float64 reference, that nothing outside out's view and lse's rows was written, and that
+ * no input changed. */
+void check_attention_run(attention_run *r);
+/* n random values of type t (malloc'd, never NULL). */
+void *test_tensor(size_t n, fcl_dtype t);
+/* Contiguous q, k, v (in layout, capacities len_q and len_kv), out and lse for r->d. */
+void attention_contiguous_inputs(attention_run *r);
+void attention_free_inputs(attention_run *r);
+/* An additive mask [batch][heads][len_q][len_kv] (-inf blocks, every 4th row hidden whole). */
+void *attention_additive_mask(attention_run *r, fcl_mask_type type);
+/* A paged cache of the lengths lens (NULL: len_kv), pages in shuffled order with spares;
+ * *table_out gets the block table (malloc'd). */
+void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out);
 
 #endif

@@ -84,6 +84,55 @@ static void test_bad_descriptors(void **state)
     assert_non_null(strstr(fcl_context_last_error(support_ctx), "local memory"));
 }
 
+/* The same through fcl_softmax_run_host with the v0.2 buffers. */
+static void expect_rejected_io(fcl_softmax_desc d, const fcl_softmax_host_io *io,
+                               const char *needle)
+{
+    reset_buffers();
+    fcl_status s = fcl_softmax_run_host(support_ctx, &d, io);
+    if (s != FCL_ERROR_INVALID_ARGUMENT)
+        fail_msg("got %s (%s)", fcl_status_string(s), fcl_context_last_error(support_ctx));
+    const char *msg = fcl_context_last_error(support_ctx);
+    if (!strstr(msg, needle))
+        fail_msg("message \"%s\" does not name %s", msg, needle);
+    assert_untouched();
+}
+
+static void test_bad_heads_sinks_alibi(void **state)
+{
+    (void)state;
+    static const float per_head[4] = {1, 2, 3, 4};
+    static const float mask[64];
+    const fcl_softmax_desc ok = {.rows = 4, .cols = 8, .heads = 2, .head_rows = 2};
+    const fcl_softmax_host_io plain = {.in = in, .out = out, .lse = lse};
+    fcl_softmax_host_io io = plain;
+    fcl_softmax_desc d;
+    d = ok, d.head_rows = 0;
+    expect_rejected_io(d, &io, "head_rows");
+    d = ok, d.heads = 0;
+    expect_rejected_io(d, &io, "heads");
+    d = ok, d.mask_dtype = FCL_DTYPE_BF16;
+    expect_rejected_io(d, &io, "mask_dtype");
+    d = ok, d.mask_rows = 3, d.mask_stride = 5;
+    expect_rejected_io(d, &io, "mask_stride");
+    d = ok, d.heads = d.head_rows = 0;
+    io = plain, io.sinks = per_head;
+    expect_rejected_io(d, &io, "sinks needs heads");
+    io = plain, io.alibi_slopes = per_head;
+    expect_rejected_io(d, &io, "alibi_slopes needs heads");
+    d = ok;
+    expect_rejected_io(d, &io, "alibi_from_mask is 0");
+    d.alibi_from_mask = 1;
+    expect_rejected_io(d, &io, "mask is NULL");
+    io = plain, io.mask = mask;
+    expect_rejected_io(d, &io, "alibi_slopes is NULL");
+    io.alibi_slopes = per_head; /* now complete */
+    reset_buffers();
+    assert_int_equal(fcl_softmax_run_host(support_ctx, &d, &io), FCL_SUCCESS);
+    assert_int_equal(fcl_softmax_run_host(support_ctx, &d, NULL), FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "io"));
+}
+
 static void test_null_arguments(void **state)
 {
     (void)state;
@@ -153,7 +202,27 @@ static void test_bad_device_buffers(void **state)
     assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
                      FCL_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(fcl_context_last_error(support_ctx), "mask holds"));
-    d.mask_stride = 0;
+    /* Three rows of a mask of 8 (one head's rows): 24 floats fit, 4 rows would not. */
+    d.mask_stride = 0, d.mask_rows = 3;
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
+                     FCL_SUCCESS);
+    d.mask_stride = 9;
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
+                     FCL_SUCCESS);
+    d.mask_rows = 4, d.mask_stride = 8;
+    assert_int_equal(fcl_softmax(support_ctx, &d, big, small, big, NULL, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "mask holds"));
+    /* sinks: one float per head. */
+    d.mask_rows = 0, d.mask_stride = 0, d.heads = 32, d.head_rows = 1;
+    fcl_softmax_io io = {.in = big, .out = big, .sinks = small};
+    assert_int_equal(fcl_softmax_run(support_ctx, &d, &io, 0, NULL, NULL),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_context_last_error(support_ctx), "sinks holds"));
+    d.heads = 31;
+    assert_int_equal(fcl_softmax_run(support_ctx, &d, &io, 0, NULL, NULL), FCL_SUCCESS);
+    d.heads = d.head_rows = 0;
+    assert_int_equal(clFinish(q), CL_SUCCESS);
     assert_int_equal(fcl_softmax(support_ctx, &d, big, NULL, big, small, 2, NULL, NULL),
                      FCL_ERROR_INVALID_ARGUMENT);
     assert_non_null(strstr(fcl_context_last_error(support_ctx), "wait"));
@@ -235,6 +304,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors),
+        cmocka_unit_test(test_bad_heads_sinks_alibi),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_in_place_needs_equal_strides),
         cmocka_unit_test(test_bad_device_buffers),

@@ -10,181 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SENTINEL 777.0f /* what out and lse hold where nothing may be written */
-
-/* A host call to check: desc and io as the caller gives them, with the element counts of
- * the buffers it allocated (out_n and lse_n: the whole out and lse arrays). */
-typedef struct attention_run {
-    fcl_attention_desc d;
-    fcl_attention_host_io io;
-    size_t q_n, k_n, v_n, mask_n, out_n, lse_n;
-} attention_run;
-
-static void *tensor(size_t n, fcl_dtype t)
-{
-    void *p = chk_random_tensor(n ? n : 1, t, support_rng());
-    assert_non_null(p);
-    return p;
-}
-
-static void *copy_of(const void *p, size_t bytes)
-{
-    if (!p)
-        return NULL;
-    void *c = malloc(bytes ? bytes : 1);
-    assert_non_null(c);
-    memcpy(c, p, bytes);
-    return c;
-}
-
-static size_t mask_bytes_per(fcl_mask_type t)
-{
-    return t == FCL_MASK_BOOL_U8 ? 1 : t == FCL_MASK_ADD_F16 ? 2 : 4;
-}
-
-static size_t total_of(const int32_t *cu, size_t batch) { return cu ? (size_t)cu[batch] : 0; }
-
-/* lse index of query i of (b, h). */
-static size_t lse_index(const attention_run *r, const chk_attention_where *w, size_t b, size_t h,
-                        size_t i)
-{
-    if (r->io.cu_seqlens_q)
-        return h * total_of(r->io.cu_seqlens_q, r->d.batch) + w->q_start + i;
-    return (b * r->d.heads_q + h) * r->d.len_q + i;
-}
-
-/* Runs r through fcl_attention_run_host and checks every row of every sequence against the
- * reference, the untouched parts of out and lse, and the inputs. */
-static void check_run(attention_run *r)
-{
-    const fcl_attention_desc d = chk_attention_defaults(r->d);
-    const size_t so = chk_dtype_size(d.dtype_o);
-    void *out = malloc(r->out_n * so);
-    float *lse = malloc((r->lse_n ? r->lse_n : 1) * sizeof(float));
-    unsigned char *written = calloc(r->out_n, 1), *lse_written = calloc(r->lse_n + 1, 1);
-    assert_true(out && lse && written && lse_written);
-    for (size_t e = 0; e < r->out_n; e++)
-        chk_store(out, d.dtype_o, e, SENTINEL);
-    for (size_t e = 0; e < r->lse_n; e++)
-        lse[e] = SENTINEL;
-    const size_t sq = chk_dtype_size(d.dtype_q), skv = chk_dtype_size(d.dtype_kv);
-    void *q0 = copy_of(r->io.q, r->q_n * sq), *k0 = copy_of(r->io.k, r->k_n * skv);
-    void *v0 = copy_of(r->io.v, r->v_n * skv);
-    void *m0 = copy_of(r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
-
-    fcl_attention_host_io io = r->io;
-    io.out = out;
-    io.lse = r->lse_n ? lse : NULL;
-    fcl_status s = fcl_attention_run_host(support_ctx, &r->d, &io);
-    if (s != FCL_SUCCESS)
-        fail_msg("fcl_attention_run_host: %s: %s", fcl_status_string(s),
-                 fcl_context_last_error(support_ctx));
-
-    size_t rows = 0;
-    for (size_t b = 0; b < d.batch; b++)
-        rows += chk_attention_locate(&d, &io, b).len_q * d.heads_q;
-    double *got = calloc(rows * d.head_dim_v + 1, sizeof(double));
-    double *want = calloc(rows * d.head_dim_v + 1, sizeof(double));
-    double *got_lse = calloc(rows + 1, sizeof(double)), *want_lse = calloc(rows + 1, sizeof(double));
-    assert_true(got && want && got_lse && want_lse);
-    size_t n = 0;
-    for (size_t b = 0; b < d.batch; b++) {
-        const chk_attention_where w = chk_attention_locate(&d, &io, b);
-        for (size_t h = 0; h < d.heads_q; h++)
-            for (size_t i = 0; i < w.len_q; i++, n++) {
-                size_t at = chk_attention_q_at(&d, &io, 1, b, h, i);
-                assert_true(at + d.head_dim_v <= r->out_n);
-                for (size_t e = 0; e < d.head_dim_v; e++) {
-                    got[n * d.head_dim_v + e] = chk_load(out, d.dtype_o, at + e);
-                    written[at + e] = 1;
-                }
-                chk_attention_row_io(&d, &io, b, h, i, want + n * d.head_dim_v, &want_lse[n]);
-                if (r->lse_n) {
-                    size_t li = lse_index(r, &w, b, h, i);
-                    assert_true(li < r->lse_n);
-                    got_lse[n] = lse[li];
-                    lse_written[li] = 1;
-                } else {
-                    got_lse[n] = want_lse[n];
-                }
-            }
-    }
-    chk_report rep;
-    if (!chk_compare_values(got, want, rows * d.head_dim_v, chk_attention_tolerance(&d), &rep))
-        fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
-                 "(%zu, %zu) page %zu types %d%d%d splits %zu: %zu of %zu off, first %zu (row %zu) "
-                 "got %.7g want %.7g, max|err| %.3g NMSE %.3g",
-                 d.batch, d.heads_q, d.heads_kv, d.len_q, d.len_kv, d.head_dim, d.head_dim_v,
-                 d.causal, d.mask_type, (double)d.softcap, d.window, d.window_left, d.window_right,
-                 d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.kv_splits, rep.bad, rep.checked,
-                 rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
-                 rep.nmse);
-    chk_tolerance lse_tol = {1e-5, 1e-5, 1.0};
-    if (!chk_compare_values(got_lse, want_lse, rows, lse_tol, &rep))
-        fail_msg("lse row %zu: got %.9g want %.9g", rep.first_bad, rep.got, rep.want);
-    for (size_t e = 0; e < r->out_n; e++)
-        if (!written[e] && chk_load(out, d.dtype_o, e) != SENTINEL)
-            fail_msg("out[%zu], outside out's view, was written (%g)", e,
-                     (double)chk_load(out, d.dtype_o, e));
-    for (size_t e = 0; e < r->lse_n; e++)
-        if (!lse_written[e] && lse[e] != SENTINEL)
-            fail_msg("lse[%zu], no row's, was written (%g)", e, (double)lse[e]);
-    assert_memory_equal(q0, r->io.q, r->q_n * sq);
-    assert_memory_equal(k0, r->io.k, r->k_n * skv);
-    assert_memory_equal(v0, r->io.v, r->v_n * skv);
-    if (m0)
-        assert_memory_equal(m0, r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
-    free(q0), free(k0), free(v0), free(m0), free(out), free(lse), free(written);
-    free(lse_written), free(got), free(want), free(got_lse), free(want_lse);
-}
-
-/* Contiguous q, k, v (in layout, with capacities len_q and len_kv) and out, lse for r->d. */
-static void contiguous_inputs(attention_run *r)
-{
-    const fcl_attention_desc d = chk_attention_defaults(r->d);
-    r->q_n = d.batch * d.heads_q * d.len_q * d.head_dim;
-    r->k_n = d.batch * d.heads_kv * d.len_kv * d.head_dim;
-    r->v_n = d.batch * d.heads_kv * d.len_kv * d.head_dim_v;
-    r->out_n = d.batch * d.heads_q * d.len_q * d.head_dim_v;
-    r->lse_n = d.batch * d.heads_q * d.len_q;
-    r->io.q = tensor(r->q_n, d.dtype_q);
-    r->io.k = tensor(r->k_n, d.dtype_kv);
-    r->io.v = tensor(r->v_n, d.dtype_kv);
-}
-
-static void free_inputs(attention_run *r)
-{
-    free((void *)r->io.q);
-    if (r->io.v != r->io.k)
-        free((void *)r->io.v);
-    free((void *)r->io.k);
-    free((void *)r->io.mask);
-}
-
-/* An additive mask [batch][heads][len_q][len_kv] with -inf blocks, every 4th row hidden
- * whole; f16 or f32. */
-static void *additive_mask(attention_run *r, fcl_mask_type type)
-{
-    fcl_attention_desc *d = &r->d;
-    d->mask_type = type;
-    d->mask_stride_q = d->len_kv;
-    d->mask_stride_head = d->len_q * d->len_kv;
-    d->mask_stride_batch = d->heads_q * d->len_q * d->len_kv;
-    r->mask_n = d->batch * d->heads_q * d->len_q * d->len_kv;
-    void *m = malloc(r->mask_n * mask_bytes_per(type));
-    assert_non_null(m);
-    for (size_t e = 0; e < r->mask_n; e++) {
-        size_t i = (e / d->len_kv) % d->len_q, j = e % d->len_kv;
-        float x = i % 4 == 3 || j % 5 == 2 ? -INFINITY : (float)chk_normal(support_rng());
-        if (type == FCL_MASK_ADD_F16)
-            ((uint16_t *)m)[e] = chk_float_to_half(x);
-        else
-            ((float *)m)[e] = x;
-    }
-    r->io.mask = m;
-    return m;
-}
-
 /* ---- views ---- */
 
 /* q, k and v as slices of one packed QKV buffer [batch][len][heads_q + 2 heads_kv][dim], out
@@ -199,7 +24,7 @@ static void test_fused_qkv_and_wide_out(void **state)
                                  .dtype_o = (fcl_dtype)dt}};
         const size_t H = 4, Hkv = 2, L = 37, D = 64, row = (H + 2 * Hkv) * D;
         r.q_n = r.k_n = r.v_n = 2 * L * row;
-        void *qkv = tensor(r.q_n, (fcl_dtype)dt);
+        void *qkv = test_tensor(r.q_n, (fcl_dtype)dt);
         r.io.q = r.io.k = r.io.v = qkv;
         r.d.q_view = (fcl_tensor_view){0, L * row, D, row};
         r.d.k_view = (fcl_tensor_view){H * D, L * row, D, row};
@@ -208,10 +33,10 @@ static void test_fused_qkv_and_wide_out(void **state)
         r.d.o_view = (fcl_tensor_view){3, L * wide, D + 8, wide};
         r.out_n = 3 + 2 * L * wide;
         r.lse_n = 2 * H * L;
-        check_run(&r);
+        check_attention_run(&r);
         r.d.len_q = 1; /* decoding the first token of each sequence */
         r.lse_n = 2 * H;
-        check_run(&r);
+        check_attention_run(&r);
         free(qkv);
     }
 }
@@ -222,11 +47,11 @@ static void test_kv_shared_across_batch(void **state)
     (void)state;
     attention_run r = {.d = {.batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 9, .len_kv = 50,
                              .head_dim = 32, .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
-    contiguous_inputs(&r);
+    attention_contiguous_inputs(&r);
     r.d.k_view = r.d.v_view = (fcl_tensor_view){0, 0, 50 * 32, 32};
     r.k_n = r.v_n = 2 * 50 * 32; /* only the first batch entry's K and V exist */
-    check_run(&r);
-    free_inputs(&r);
+    check_attention_run(&r);
+    attention_free_inputs(&r);
 }
 
 /* ---- per-sequence lengths ---- */
@@ -241,54 +66,14 @@ static void test_seqlens_kv(void **state)
             attention_run r = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 1, .len_q = len_q[c],
                                      .len_kv = 300, .head_dim = 64, .kv_splits = splits,
                                      .causal = c == 2 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE}};
-            contiguous_inputs(&r);
+            attention_contiguous_inputs(&r);
             r.io.seqlens_kv = lens;
-            check_run(&r);
-            free_inputs(&r);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
         }
 }
 
 /* ---- paged K/V ---- */
-
-/* A paged cache of the sequences' lengths, pages dealt in shuffled order with spare pages
- * between them; NHD ([pages][page_size][heads][dim], layout BLHD) or HND (BHLD). */
-static void paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out)
-{
-    fcl_attention_desc *d = &r->d;
-    const fcl_attention_desc full = chk_attention_defaults(*d);
-    size_t ps = d->page_size, per_seq = (d->len_kv + ps - 1) / ps;
-    d->block_table_stride = per_seq + 1;
-    d->num_pages = d->batch * per_seq + 3;
-    int32_t *table = malloc(d->batch * d->block_table_stride * sizeof(int32_t));
-    int32_t *order = malloc(d->num_pages * sizeof(int32_t));
-    assert_true(table && order);
-    for (size_t p = 0; p < d->num_pages; p++)
-        order[p] = (int32_t)p;
-    for (size_t p = d->num_pages - 1; p > 0; p--) {
-        size_t o = (size_t)(chk_uniform(support_rng()) * (double)(p + 1));
-        int32_t t = order[p];
-        order[p] = order[o];
-        order[o] = t;
-    }
-    for (size_t e = 0; e < d->batch * d->block_table_stride; e++)
-        table[e] = -7; /* entries no length reaches are never read */
-    size_t next = 0;
-    for (size_t b = 0; b < d->batch; b++)
-        for (size_t p = 0; p < (size_t)(lens ? (lens[b] + (int32_t)ps - 1) / (int32_t)ps : (int32_t)per_seq); p++)
-            table[b * d->block_table_stride + p] = order[next++];
-    free(order);
-    r->io.block_table = table;
-    r->io.seqlens_kv = lens;
-    r->q_n = full.batch * full.heads_q * full.len_q * full.head_dim;
-    r->k_n = d->num_pages * ps * full.heads_kv * full.head_dim;
-    r->v_n = d->num_pages * ps * full.heads_kv * full.head_dim_v;
-    r->out_n = full.batch * full.heads_q * full.len_q * full.head_dim_v;
-    r->lse_n = full.batch * full.heads_q * full.len_q;
-    r->io.q = tensor(r->q_n, full.dtype_q);
-    r->io.k = tensor(r->k_n, full.dtype_kv);
-    r->io.v = tensor(r->v_n, full.dtype_kv);
-    *table_out = table;
-}
 
 static void test_paged(void **state)
 {
@@ -303,11 +88,11 @@ static void test_paged(void **state)
                                          .layout = (fcl_layout)layout, .dtype_kv = FCL_DTYPE_F16,
                                          .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
                 int32_t *table;
-                paged_inputs(&r, lens, &table);
-                check_run(&r);
+                attention_paged_inputs(&r, lens, &table);
+                check_attention_run(&r);
                 r.d.kv_splits = 4;
-                check_run(&r);
-                free_inputs(&r);
+                check_attention_run(&r);
+                attention_free_inputs(&r);
                 free(table);
             }
 }
@@ -323,8 +108,8 @@ static void test_plain_and_all_feature_kernels_agree(void **state)
         attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
                                  .len_kv = 77, .head_dim = 64, .kv_splits = 2,
                                  .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
-        contiguous_inputs(&r);
-        additive_mask(&r, FCL_MASK_ADD_F32);
+        attention_contiguous_inputs(&r);
+        attention_additive_mask(&r, FCL_MASK_ADD_F32);
         float *plain = malloc(r.out_n * sizeof(float)), *all = malloc(r.out_n * sizeof(float));
         assert_true(plain && all);
         fcl_attention_host_io io = r.io;
@@ -337,11 +122,11 @@ static void test_plain_and_all_feature_kernels_agree(void **state)
             if (!(fabsf(plain[e] - all[e]) <= 1e-6f) && !(isnan(plain[e]) && isnan(all[e])))
                 fail_msg("len_q %zu: element %zu: plain %g, all features %g", len_q, e,
                          (double)plain[e], (double)all[e]);
-        check_run(&r); /* and both against the reference */
+        check_attention_run(&r); /* and both against the reference */
         r.io.seqlens_kv = full;
-        check_run(&r);
+        check_attention_run(&r);
         free(plain), free(all);
-        free_inputs(&r);
+        attention_free_inputs(&r);
     }
 }
 
@@ -362,20 +147,20 @@ static void test_varlen(void **state)
             r.out_n = r.q_n;
             r.k_n = r.v_n = 42 * 2 * 48;
             r.lse_n = 4 * 20;
-            r.io.q = tensor(r.q_n, FCL_DTYPE_F32);
-            r.io.k = tensor(r.k_n, FCL_DTYPE_F32);
-            r.io.v = tensor(r.v_n, FCL_DTYPE_F32);
-            check_run(&r);
+            r.io.q = test_tensor(r.q_n, FCL_DTYPE_F32);
+            r.io.k = test_tensor(r.k_n, FCL_DTYPE_F32);
+            r.io.v = test_tensor(r.v_n, FCL_DTYPE_F32);
+            check_attention_run(&r);
             /* Packed queries over a padded cache with per-sequence lengths. */
             static const int32_t lens[4] = {9, 0, 30, 3};
             free((void *)r.io.k), free((void *)r.io.v);
             r.io.cu_seqlens_kv = NULL;
             r.io.seqlens_kv = lens;
             r.k_n = r.v_n = 4 * 30 * 2 * 48;
-            r.io.k = tensor(r.k_n, FCL_DTYPE_F32);
-            r.io.v = tensor(r.v_n, FCL_DTYPE_F32);
-            check_run(&r);
-            free_inputs(&r);
+            r.io.k = test_tensor(r.k_n, FCL_DTYPE_F32);
+            r.io.v = test_tensor(r.v_n, FCL_DTYPE_F32);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
         }
 }
 
@@ -390,10 +175,10 @@ static void test_softcap(void **state)
             attention_run r = {.d = {.batch = 2, .heads_q = 2, .len_q = 33, .len_kv = 70,
                                      .head_dim = 64, .softcap = caps[c], .scale = 0.5f,
                                      .causal = (fcl_causal)causal}};
-            contiguous_inputs(&r);
-            additive_mask(&r, FCL_MASK_ADD_F32);
-            check_run(&r);
-            free_inputs(&r);
+            attention_contiguous_inputs(&r);
+            attention_additive_mask(&r, FCL_MASK_ADD_F32);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
         }
 }
 
@@ -414,19 +199,19 @@ static void test_alibi(void **state)
                                      .len_kv = 50, .head_dim = 32,
                                      .alibi_slopes_batch_stride = per_batch ? 8 : 0,
                                      .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
-            contiguous_inputs(&r);
+            attention_contiguous_inputs(&r);
             r.io.alibi_slopes = slopes;
-            check_run(&r);
+            check_attention_run(&r);
             r.d.causal = FCL_CAUSAL_NONE;
-            check_run(&r);
+            check_attention_run(&r);
             /* ggml's max_bias convention: the slope scales a float16 mask of positions. */
             r.d.alibi_from_mask = 1;
-            uint16_t *m = additive_mask(&r, FCL_MASK_ADD_F16);
+            uint16_t *m = attention_additive_mask(&r, FCL_MASK_ADD_F16);
             for (size_t e = 0; e < r.mask_n; e++)
                 if (m[e] != chk_float_to_half(-INFINITY))
                     m[e] = chk_float_to_half(-(float)((e % 50) % 13));
-            check_run(&r);
-            free_inputs(&r);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
         }
 }
 
@@ -443,9 +228,9 @@ static void test_window(void **state)
                                      .window_left = sides[w][0], .window_right = sides[w][1],
                                      .causal = w == 0 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
                                      .kv_splits = (size_t)(s % 2 + 1) * 2 - 1}};
-            contiguous_inputs(&r);
-            check_run(&r); /* len_q > len_kv: early queries' windows hold no key at all */
-            free_inputs(&r);
+            attention_contiguous_inputs(&r);
+            check_attention_run(&r); /* len_q > len_kv: early queries' windows hold no key at all */
+            attention_free_inputs(&r);
         }
 }
 
@@ -457,11 +242,11 @@ static void test_sinks(void **state)
         for (size_t splits = 1; splits <= 3; splits += 2) {
             attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
                                      .len_kv = 90, .head_dim = 64, .kv_splits = splits}};
-            contiguous_inputs(&r);
-            additive_mask(&r, FCL_MASK_ADD_F32); /* every 4th row hidden: out 0, lse = sink */
+            attention_contiguous_inputs(&r);
+            attention_additive_mask(&r, FCL_MASK_ADD_F32); /* every 4th row hidden: out 0, lse = sink */
             r.io.sinks = sinks;
-            check_run(&r);
-            free_inputs(&r);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
         }
 }
 
@@ -476,21 +261,21 @@ static void test_mla_and_head_sizes(void **state)
         attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 1, .len_q = len_q,
                                  .len_kv = 37, .head_dim = 576, .head_dim_v = 512,
                                  .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_kv = FCL_DTYPE_F16}};
-        contiguous_inputs(&r);
+        attention_contiguous_inputs(&r);
         free((void *)r.io.v);
         r.io.v = r.io.k;
         r.v_n = r.k_n;
         r.d.v_view = (fcl_tensor_view){0, 37 * 576, 37 * 576, 576}; /* K's strides */
-        check_run(&r);
-        free_inputs(&r);
+        check_attention_run(&r);
+        attention_free_inputs(&r);
     }
     static const size_t dims[2] = {80, 96};
     for (int i = 0; i < 2; i++) {
         attention_run r = {.d = {.batch = 1, .heads_q = 2, .len_q = 19, .len_kv = 41,
                                  .head_dim = dims[i]}};
-        contiguous_inputs(&r);
-        check_run(&r);
-        free_inputs(&r);
+        attention_contiguous_inputs(&r);
+        check_attention_run(&r);
+        attention_free_inputs(&r);
     }
 }
 
@@ -512,12 +297,12 @@ static void test_combined(void **state)
                                      .dtype_q = (fcl_dtype)dt, .dtype_kv = (fcl_dtype)dt,
                                      .dtype_o = (fcl_dtype)dt}};
             int32_t *table;
-            paged_inputs(&r, lens, &table);
-            additive_mask(&r, FCL_MASK_ADD_F16);
+            attention_paged_inputs(&r, lens, &table);
+            attention_additive_mask(&r, FCL_MASK_ADD_F16);
             r.io.sinks = sinks;
             r.io.alibi_slopes = slopes;
-            check_run(&r);
-            free_inputs(&r);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
             free(table);
         }
 }
@@ -534,8 +319,8 @@ static void test_merge(void **state)
     float *outs[3], *lses[3];
     cl_mem out_bufs[3], lse_bufs[3];
     for (int p = 0; p < 3; p++) {
-        outs[p] = tensor(n, FCL_DTYPE_F32);
-        lses[p] = tensor(rows, FCL_DTYPE_F32);
+        outs[p] = test_tensor(n, FCL_DTYPE_F32);
+        lses[p] = test_tensor(rows, FCL_DTYPE_F32);
         for (size_t r = 0; r < rows; r++) /* -inf parts: every 3rd row of part p */
             if (r % 3 == (size_t)p || r % 7 == 0)
                 lses[p][r] = -INFINITY;

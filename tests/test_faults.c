@@ -153,7 +153,9 @@ static void check_softmax_reference(const fcl_softmax_desc *d, const float *resu
     double *want = malloc(d->rows * d->cols * sizeof(double)), want_lse[8];
     assert_non_null(want);
     assert_true(d->rows <= 8);
-    chk_softmax_reference(d, sm_in, d->mask_stride ? sm_mask : NULL, want, want_lse);
+    chk_softmax_reference(
+        d, &(fcl_softmax_host_io){.in = sm_in, .mask = d->mask_stride ? sm_mask : NULL}, want,
+        want_lse);
     chk_report rep;
     size_t stride = d->out_stride ? d->out_stride : d->cols;
     if (!chk_compare(result, FCL_DTYPE_F32, d->rows, d->cols, stride, want,

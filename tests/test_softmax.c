@@ -135,6 +135,73 @@ static void test_row_of_2_pow_24(void **state)
     run_softmax_case(&c, NULL);
 }
 
+/* ggml's soft_max_ext: rows in heads (batch x heads x head_rows), one mask of head_rows rows
+ * for every head and batch, float16 masks, ALiBi scaling the mask, sinks; alone and
+ * together, every storage type, softmax and log-softmax. */
+static void test_heads_sinks_alibi(void **state)
+{
+    (void)state;
+    for (fcl_dtype t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++)
+        for (int log = 0; log <= 1; log++) {
+            /* 2 batches x 4 heads x 5 rows, the mask shared by both batches and all heads. */
+            softmax_case c = {.rows = 40, .cols = 1023, .dtype = t, .log = log, .heads = 4,
+                              .head_rows = 5, .mask = MASK_PER_ROW, .mask_rows = 5,
+                              .mask_f16 = 1, .alibi = 1, .sinks = 1, .scale = 0.3f};
+            run_every_algo(c);
+            c.sinks = 0;
+            run_every_algo(c);
+            c.sinks = 1;
+            c.alibi = 0;
+            c.mask_f16 = 0;
+            run_every_algo(c);
+        }
+    /* Short rows (FUSED in registers), a shared mask row, and a mask of more rows than rows. */
+    run_every_algo((softmax_case){.rows = 3000, .cols = 33, .heads = 7, .head_rows = 3,
+                                  .mask = MASK_SHARED, .mask_f16 = 1, .alibi = 1, .sinks = 1});
+    run_every_algo((softmax_case){.rows = 6, .cols = 3, .heads = 3, .head_rows = 1,
+                                  .mask = MASK_PER_ROW, .mask_rows = 9, .sinks = 1, .log = 1});
+    /* Long rows (SPLIT across work-groups), sinks without a mask. */
+    run_every_algo((softmax_case){.rows = 2, .cols = 200001, .heads = 2, .head_rows = 1,
+                                  .sinks = 1, .log = 1});
+    run_every_algo((softmax_case){.rows = 4, .cols = 200001, .heads = 4, .head_rows = 1,
+                                  .mask = MASK_PER_ROW, .mask_rows = 2, .mask_f16 = 1,
+                                  .alibi = 1, .sinks = 1});
+}
+
+/* All -inf rows with sinks give 0 (log: -inf) and lse = the sink; NaN, +inf and masked rows
+ * keep their own fate; in place. */
+static void test_sinks_special_values(void **state)
+{
+    (void)state;
+    for (int log = 0; log <= 1; log++) {
+        run_every_algo((softmax_case){.rows = 20, .cols = 257, .fill = FILL_SPECIAL, .log = log,
+                                      .heads = 4, .head_rows = 1, .sinks = 1,
+                                      .mask = MASK_PER_ROW, .alibi = 1, .mask_f16 = 1});
+        run_every_algo((softmax_case){.rows = 10, .cols = 5, .fill = FILL_SPECIAL, .log = log,
+                                      .heads = 5, .head_rows = 2, .sinks = 1, .in_place = 1});
+        run_every_algo((softmax_case){.rows = 10, .cols = 4097, .fill = FILL_SPECIAL,
+                                      .log = log, .heads = 2, .head_rows = 5, .sinks = 1,
+                                      .dtype = FCL_DTYPE_F16, .in_place = 1});
+    }
+    /* A NaN sink makes its head's rows NaN and no other; a +inf one too (undefined share). */
+    const float x[4 * 3] = {1, 2, 3, -INFINITY, -INFINITY, -INFINITY, 4, 5, 6, 0, 0, 0};
+    const float sinks[4] = {NAN, NAN, INFINITY, 1.0f};
+    float out[12], lse[4];
+    for (int a = 0; a < N_ALGOS; a++) {
+        fcl_softmax_desc d = {.rows = 4, .cols = 3, .heads = 4, .head_rows = 1,
+                              .algo = every_algo[a]};
+        const fcl_softmax_host_io io = {.in = x, .out = out, .lse = lse, .sinks = sinks};
+        assert_int_equal(fcl_softmax_run_host(support_ctx, &d, &io), FCL_SUCCESS);
+        for (int r = 0; r < 3; r++) {
+            assert_true(isnan(lse[r]));
+            for (int j = 0; j < 3; j++)
+                assert_true(isnan(out[r * 3 + j]));
+        }
+        assert_true(fabs(lse[3] - log(3.0 + exp(1.0))) < 1e-6);
+        assert_true(fabs(out[9] - 1.0 / (3.0 + exp(1.0))) < 1e-6);
+    }
+}
+
 /* FUSED, ONLINE and SPLIT forced on the same input agree with each other closely. */
 static void test_forced_algorithms_agree(void **state)
 {
@@ -224,7 +291,7 @@ static void test_device_api_with_events(void **state)
         assert_int_equal(clEnqueueReadBuffer(q, out, CL_TRUE, 0, sizeof y, y, 0, NULL, NULL), CL_SUCCESS);
         assert_int_equal(clEnqueueReadBuffer(q, lse_buf, CL_TRUE, 0, sizeof lse, lse, 0, NULL, NULL),
                          CL_SUCCESS);
-        chk_softmax_reference(&d, x, NULL, ref, ref_lse);
+        chk_softmax_reference(&d, &(fcl_softmax_host_io){.in = x}, ref, ref_lse);
         chk_report rep;
         assert_true(chk_compare(y, FCL_DTYPE_F32, ROWS, COLS, COLS, ref,
                                 chk_softmax_tolerance(FCL_DTYPE_F32), &rep));
@@ -261,6 +328,8 @@ int main(void)
         cmocka_unit_test(test_strides_and_in_place),
         cmocka_unit_test(test_half_storage),
         cmocka_unit_test(test_row_of_2_pow_24),
+        cmocka_unit_test(test_heads_sinks_alibi),
+        cmocka_unit_test(test_sinks_special_values),
         cmocka_unit_test(test_forced_algorithms_agree),
         cmocka_unit_test(test_plan_matches_rule),
         cmocka_unit_test(test_device_api_with_events),

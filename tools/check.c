@@ -120,24 +120,40 @@ void *chk_random_tensor(size_t n, fcl_dtype t, chk_rng *r)
     return p;
 }
 
-void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
-                           double *out, double *lse)
+/* What row r's mask adds to element j (0 without a mask). */
+static double softmax_mask_add(const fcl_softmax_desc *d, const fcl_softmax_host_io *io, size_t r,
+                               size_t j, double slope)
+{
+    if (!io->mask)
+        return 0.0;
+    size_t rows = d->mask_rows ? d->mask_rows : d->mask_stride ? d->rows : 1;
+    size_t stride = d->mask_stride ? d->mask_stride : d->cols;
+    double m = chk_load(io->mask, d->mask_dtype, (r % rows) * stride + j);
+    return d->alibi_from_mask && m != -INFINITY ? slope * m : m;
+}
+
+void chk_softmax_reference(const fcl_softmax_desc *d, const fcl_softmax_host_io *io, double *out,
+                           double *lse)
 {
     size_t in_stride = d->in_stride ? d->in_stride : d->cols;
     double scale = d->scale != 0.0f ? d->scale : 1.0;
     for (size_t r = 0; r < d->rows; r++) {
-        double *o = out + r * d->cols, m = -INFINITY, sum = 0.0;
-        int undefined = 0;
+        size_t h = d->heads ? (r / d->head_rows) % d->heads : 0;
+        double slope = io->alibi_slopes ? io->alibi_slopes[h] : 1.0;
+        double sink = io->sinks ? io->sinks[h] : -INFINITY;
+        double *o = out + r * d->cols, m = sink, sum = 0.0;
+        int undefined = isnan(sink) || sink == INFINITY;
         for (size_t j = 0; j < d->cols; j++) {
-            double s = scale * chk_load(in, d->dtype, r * in_stride + j);
-            if (mask)
-                s += mask[r * d->mask_stride + j];
+            double s = scale * chk_load(io->in, d->dtype, r * in_stride + j) +
+                       softmax_mask_add(d, io, r, j, slope);
             o[j] = s;
             undefined |= isnan(s) || s == INFINITY;
             m = s > m ? s : m;
         }
         for (size_t j = 0; j < d->cols && m > -INFINITY; j++)
             sum += exp(o[j] - m);
+        if (m > -INFINITY)
+            sum += exp(sink - m);
         double log_sum = log(sum), row_lse = m + log_sum;
         for (size_t j = 0; j < d->cols; j++) {
             if (undefined)

@@ -33,10 +33,11 @@ double chk_normal(chk_rng *r);
 void *chk_random_tensor(size_t n, fcl_dtype t, chk_rng *r);
 
 /* ---- reference ---- */
-/* Softmax of every row in float64 from the stored (already rounded) inputs; out is dense
- * rows x cols. Semantics as in flashcl.h: all -inf gives 0 / -inf, NaN or +inf gives NaN. */
-void chk_softmax_reference(const fcl_softmax_desc *d, const void *in, const float *mask,
-                           double *out, double *lse);
+/* Softmax of every row in float64 from the stored (already rounded) inputs io->in, mask,
+ * sinks and alibi_slopes (out and lse unused); out is dense rows x cols. Semantics as in
+ * flashcl.h: all -inf gives 0 / -inf (lse = the sink), NaN or +inf gives NaN. */
+void chk_softmax_reference(const fcl_softmax_desc *d, const fcl_softmax_host_io *io, double *out,
+                           double *lse);
 
 /* Element offset of (b, h, l, 0) in a [batch][heads][len][dim] tensor stored in layout. */
 size_t chk_attention_offset(fcl_layout layout, size_t heads, size_t len, size_t dim, size_t b,

@@ -68,7 +68,7 @@ static int run_case(fcl_context *ctx, cl_context cl_ctx, cl_command_queue queue,
     clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL);
     clGetEventProfilingInfo(done, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
 
-    chk_softmax_reference(&d, x, NULL, ref, ref_lse);
+    chk_softmax_reference(&d, &(fcl_softmax_host_io){.in = x}, ref, ref_lse);
     chk_report out_rep = {0}, lse_rep = {0};
     int out_ok = err == CL_SUCCESS && chk_compare(y, c->dtype, c->rows, c->cols, c->cols, ref,
                                                   chk_softmax_tolerance(c->dtype), &out_rep);

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Runs the kernel-variant test (tests/test_kernel_variants.c) under Oclgrind, which simulates
+# a GPU with 32 KiB of local memory and reports every out-of-bounds access, data race and
+# OpenCL API misuse; any report, or a failed check, fails this script. Two runs cover every
+# kernel the planner can pick:
+#   1. the simulator as it is: softmax in registers, in local memory, online and split; the
+#      attention tiles of head dims 64 and 128 with their decode kernels, the rows kernel for
+#      256 and 576 (no tile fits 32 KiB), split-KV and the merge kernels;
+#   2. 128 KiB of local memory, where tiles fit every head dim (576 as well) and decoding
+#      takes 256, and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it.
+# Oclgrind's uninitialized-value plugin is left off: it reports float2 literals.
+# usage: oclgrind.sh OCLGRIND TEST_PROGRAM WORK_DIR
+set -eu
+oclgrind=$1
+program=$2
+work=$3
+rm -rf "$work"
+mkdir -p "$work"
+status=0
+run() { # name, then oclgrind options
+  name=$1
+  shift
+  if ! FLASHCL_CACHE_DIR="$work/cache-$name" "$oclgrind" --data-races --check-api \
+      --log "$work/$name.log" "$@" "$program" > "$work/$name.out" 2>&1; then
+    cat "$work/$name.out"
+    echo "oclgrind.sh: $name: the test failed" >&2
+    status=1
+  fi
+  if [ -s "$work/$name.log" ]; then
+    head -c 20000 "$work/$name.log"
+    echo "oclgrind.sh: $name: Oclgrind reported $(grep -c -i -e error -e race "$work/$name.log") problems" >&2
+    status=1
+  fi
+}
+run simulator
+FLASHCL_TUNE=softmax_rows=1 run local128k --local-mem-size 131072
+exit "$status"
