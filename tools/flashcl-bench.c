@@ -35,14 +35,14 @@ enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8 };
 
 typedef struct bench_case {
     case_kind kind;
-    size_t rows, cols;                                 /* softmax */
+    size_t rows, cols;                                 /* softmax (heads with mods) */
     size_t batch, heads, len_q, len_kv, head_dim;      /* attention */
     int causal;
     fcl_dtype dtype;
     size_t heads_kv, head_dim_v; /* 0: heads, head_dim */
     size_t page_size;            /* paged K/V cache (pages dealt in shuffled order) */
     int varlen;  /* packed sequences of alternately len/2 and 3 len/2 tokens (batch even) */
-    int mods;    /* MOD_* */
+    int mods;    /* MOD_*; softmax: MOD_ALIBI | MOD_SINKS is ggml's soft_max_ext (below) */
 } bench_case;
 
 typedef struct bench_result {
@@ -57,6 +57,10 @@ typedef struct bench_result {
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
     {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods}
+
+/* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
+ * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
+#define SX(r, c, h) {KIND_SOFTMAX, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, MOD_ALIBI | MOD_SINKS}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -82,14 +86,16 @@ static const bench_case preset_engine[] = {
     E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_WINDOW, F16),
     E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, MOD_SINKS, F16),
     E(4, 16, 4, 4096, 4096, 128, 0, 1, 0, 0, 0, F16),
-    E(8, 16, 1, 1, 8192, 576, 512, 0, 0, 0, 0, F16)};
+    E(8, 16, 1, 1, 8192, 576, 512, 0, 0, 0, 0, F16),
+    S(16384, 4096), SX(16384, 4096, 32)};
 /* The same kinds at sizes for a CPU. */
 static const bench_case preset_engine_cpu[] = {
     E(4, 8, 2, 1, 8192, 128, 0, 0, 0, 0, 0, F32), E(4, 8, 2, 1, 8192, 128, 0, 0, 16, 0, 0, F32),
     E(4, 8, 8, 512, 512, 64, 0, 1, 0, 0, 0, F32), E(4, 8, 8, 512, 512, 64, 0, 1, 0, 1, 0, F32),
     E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, 0, F32),
     E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, MOD_SOFTCAP | MOD_ALIBI | MOD_SINKS, F32),
-    E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, MOD_WINDOW, F32)};
+    E(1, 8, 2, 1024, 1024, 64, 0, 1, 0, 0, MOD_WINDOW, F32), S(4096, 4096),
+    SX(4096, 4096, 8)};
 #undef F16
 #undef F32
 /* The peer's CPU softmax shapes (2^26 elements) and small attention, for POCL. */
@@ -112,6 +118,7 @@ typedef struct bench {
     double copy_gbs;        /* of the case being measured: the faster copy */
     double copy_kernel_gbs; /* the copy kernel alone */
     fcl_attention_io aux;   /* the case's index, slope and sink buffers (q..lse unused) */
+    cl_mem softmax_mask;    /* a softmax case's mask */
 } bench;
 
 /* One float4 per work-item and no loop: GPUs coalesce it, and CPU drivers such as POCL
@@ -217,10 +224,22 @@ static fcl_status enqueue_driver_copy(bench *b, const bench_case *c, cl_mem *set
                : FCL_ERROR_OPENCL;
 }
 
-static fcl_status enqueue_softmax(bench *b, const bench_case *c, cl_mem *set, cl_event *done)
+static fcl_softmax_desc softmax_desc(const bench_case *c)
 {
     fcl_softmax_desc d = {.rows = c->rows, .cols = c->cols, .dtype = c->dtype};
-    return fcl_softmax(b->ctx, &d, set[0], NULL, set[1], NULL, 0, NULL, done);
+    if (c->mods) {
+        d.heads = c->heads, d.head_rows = c->rows / c->heads, d.mask_rows = d.head_rows;
+        d.mask_dtype = FCL_DTYPE_F16, d.alibi_from_mask = 1, d.scale = 0.125f;
+    }
+    return d;
+}
+
+static fcl_status enqueue_softmax(bench *b, const bench_case *c, cl_mem *set, cl_event *done)
+{
+    const fcl_softmax_desc d = softmax_desc(c);
+    const fcl_softmax_io io = {.in = set[0], .out = set[1], .mask = b->softmax_mask,
+                               .sinks = b->aux.sinks, .alibi_slopes = b->aux.alibi_slopes};
+    return fcl_softmax_run(b->ctx, &d, &io, 0, NULL, done);
 }
 
 /* Sequence b's length in a case: len, or with varlen alternately len/2 and 3 len/2. */
@@ -270,6 +289,37 @@ static cl_mem aux_buffer(bench *b, const void *data, size_t bytes, cl_int *err)
     return clCreateBuffer(b->cl_ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, (void *)data, err);
 }
 
+/* The case's per-head slopes and sinks in b->aux. */
+static cl_int make_head_buffers(bench *b, const bench_case *c)
+{
+    float *floats = calloc(c->heads, sizeof(float));
+    cl_int err = floats ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    if (err == CL_SUCCESS && (c->mods & MOD_ALIBI)) {
+        fcl_alibi_slopes(c->heads, 8.0f, floats);
+        b->aux.alibi_slopes = aux_buffer(b, floats, c->heads * sizeof(float), &err);
+    }
+    if (err == CL_SUCCESS && (c->mods & MOD_SINKS)) {
+        for (size_t h = 0; h < c->heads; h++)
+            floats[h] = 0.5f;
+        b->aux.sinks = aux_buffer(b, floats, c->heads * sizeof(float), &err);
+    }
+    free(floats);
+    return err;
+}
+
+/* A softmax case's mask (float16, one head's rows) and head buffers. */
+static int make_softmax_aux(bench *b, const bench_case *c)
+{
+    cl_int err = CL_SUCCESS;
+    memset(&b->aux, 0, sizeof b->aux);
+    if (c->mods) {
+        b->softmax_mask = filled_buffer(b, softmax_desc(c).head_rows * c->cols * 2, &err);
+        if (err == CL_SUCCESS)
+            err = make_head_buffers(b, c);
+    }
+    return err == CL_SUCCESS;
+}
+
 /* The case's index, slope and sink buffers in b->aux: sequence lengths, a block table of
  * shuffled pages, packed starts. */
 static int make_aux(bench *b, const bench_case *c)
@@ -277,8 +327,7 @@ static int make_aux(bench *b, const bench_case *c)
     const fcl_attention_desc d = attention_desc(c);
     size_t n = c->batch * (d.block_table_stride + 2) + c->heads;
     int32_t *ints = calloc(n, sizeof(int32_t));
-    float *floats = calloc(c->heads, sizeof(float));
-    cl_int err = ints && floats ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    cl_int err = ints ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
     memset(&b->aux, 0, sizeof b->aux);
     if (err == CL_SUCCESS && c->page_size) {
         chk_rng rng = chk_rng_seeded(7);
@@ -300,28 +349,21 @@ static int make_aux(bench *b, const bench_case *c)
         b->aux.cu_seqlens_q = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
         b->aux.cu_seqlens_kv = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
     }
-    if (err == CL_SUCCESS && (c->mods & MOD_ALIBI)) {
-        fcl_alibi_slopes(c->heads, 8.0f, floats);
-        b->aux.alibi_slopes = aux_buffer(b, floats, c->heads * sizeof(float), &err);
-    }
-    if (err == CL_SUCCESS && (c->mods & MOD_SINKS)) {
-        for (size_t h = 0; h < c->heads; h++)
-            floats[h] = 0.5f;
-        b->aux.sinks = aux_buffer(b, floats, c->heads * sizeof(float), &err);
-    }
+    if (err == CL_SUCCESS)
+        err = make_head_buffers(b, c);
     free(ints);
-    free(floats);
     return err == CL_SUCCESS;
 }
 
 static void release_aux(bench *b)
 {
     cl_mem all[] = {b->aux.seqlens_kv, b->aux.cu_seqlens_q, b->aux.cu_seqlens_kv,
-                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks};
+                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->softmax_mask};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     memset(&b->aux, 0, sizeof b->aux);
+    b->softmax_mask = NULL;
 }
 
 /* Measures copies of `bytes` (read, and as many written) and returns the GB/s of the
@@ -382,10 +424,14 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     enqueue_fn fn;
     memset(res, 0, sizeof *res);
     if (c->kind == KIND_SOFTMAX) {
-        fcl_softmax_desc d = {.rows = c->rows, .cols = c->cols, .dtype = c->dtype};
+        const fcl_softmax_desc d = softmax_desc(c);
         fcl_softmax_algo algo = FCL_SOFTMAX_AUTO;
         if (fcl_softmax_plan(b->ctx, &d, &algo) != FCL_SUCCESS)
             return 0;
+        if (!make_softmax_aux(b, c)) {
+            release_aux(b);
+            return 0;
+        }
         snprintf(res->plan, sizeof res->plan, "%s", fcl_softmax_algo_name(algo));
         bytes[0] = bytes[1] = c->rows * c->cols * esz;
         n_bufs = 2;
@@ -413,8 +459,10 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
             bytes[2] = 16;
         }
         fn = enqueue_attention;
-        if (!make_aux(b, c))
+        if (!make_aux(b, c)) {
+            release_aux(b);
             return 0;
+        }
     }
     int ok = 1;
     size_t per_set = bytes[0] + bytes[1] + bytes[2] + bytes[3];
@@ -449,7 +497,8 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
 static void describe(const bench_case *c, char *buf, size_t cap)
 {
     if (c->kind == KIND_SOFTMAX)
-        snprintf(buf, cap, "softmax %s %zux%zu", chk_dtype_name(c->dtype), c->rows, c->cols);
+        snprintf(buf, cap, "softmax %s %zux%zu%s", chk_dtype_name(c->dtype), c->rows, c->cols,
+                 c->mods ? " f16 mask/head alibi sinks" : "");
     else
         snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%s%s%s%s%s",
                  chk_dtype_name(c->dtype), c->batch, c->heads, c->heads_kv ? "/" : "", c->heads_kv,
