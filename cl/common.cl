@@ -82,6 +82,11 @@ void fcl_vstore_bf16(__global ushort *p, ulong i, floatv v)
     FCL_VSTOREN(FCL_PASTE(convert_ushort, FCL_VEC)(u >> 16), 0, p + i);
 }
 
+/* a / b and a % b, in 32 bits when both fit: a 64-bit division is a long software routine
+ * on GPUs. */
+ulong fcl_div(ulong a, ulong b) { return (a | b) >> 32 ? a / b : (ulong)((uint)a / (uint)b); }
+ulong fcl_mod(ulong a, ulong b) { return (a | b) >> 32 ? a % b : (ulong)((uint)a % (uint)b); }
+
 /* Horizontal max (ignoring NaN, like fmax) and sum of a vector. */
 float fcl_hmax(floatv v)
 {
@@ -182,12 +187,14 @@ float2 fcl_stat_merge(float2 a, float2 b)
 }
 
 /* Merges the states within each segment of `lanes` neighbouring work-items (a power of two
- * dividing FCL_LWS); every work-item gets its segment's result. */
+ * dividing FCL_LWS); every work-item gets its segment's result. The first barrier also
+ * fences global memory: what the group read before it is not yet overwritten (softmax_block
+ * lets its spare work-items read another work-item's row, written after this). */
 float2 fcl_stat_reduce_lanes(float2 s, uint lanes, __local float2 *scratch)
 {
     const uint lid = get_local_id(0), lane = lid & (lanes - 1);
     scratch[lid] = s;
-    barrier(CLK_LOCAL_MEM_FENCE);
+    barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);
     for (uint half_size = lanes / 2; half_size > 0; half_size >>= 1) {
         if (lane < half_size)
             scratch[lid] = fcl_stat_merge(scratch[lid], scratch[lid + half_size]);

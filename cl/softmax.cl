@@ -164,7 +164,7 @@ FCL_KERNEL(softmax_fused)(SM_ROW_ARGS, __local float *row_buf)
  * j % lanes: neighbouring work-items read neighbouring elements. Each work-item keeps
  * exp(s - its own max) and its own (m, d); one merge over the lanes gives the row's (m, d),
  * so the input is read once, with one exp per element and one reduction per row. */
-/* Element i of a work-item in softmax_block; past the row's end, its element 0 again. */
+/* Element i of a work-item in softmax_block; past the row's end, its first element again. */
 #define FCL_BLOCK_INDEX(i) (lane + (i) * lanes <= last ? lane + (i) * lanes : lane)
 
 FCL_KERNEL(softmax_block)(SM_ROW_ARGS, uint lanes)
@@ -179,31 +179,30 @@ FCL_KERNEL(softmax_block)(SM_ROW_ARGS, uint lanes)
          r0 += get_num_groups(0) * rows_per_pass) {
         const ulong r = r0 + get_local_id(0) / lanes;
         const int live = r < rows;
-        /* A work-item loads only its own row's elements: in place, any other element may be
-         * written meanwhile by the work-item that owns it (a data race). The loads are
-         * unconditional within the row (indices past its end read the work-item's first
-         * element again), so the compiler issues them all before the first use: a branch
-         * around each would make them wait for one another. A work-item past the last row,
-         * or whose first element is past the row's end, loads nothing. */
-        const int owns = live && lane <= last;
-        const sm_row row = softmax_row(live ? r : 0);
+        /* Every load is unconditional, so the compiler issues them all before the first use:
+         * a branch, around each or around all, costs NVIDIA's compiler 30 registers and the
+         * H100 10-25% of its speed. A work-item reads only elements of its own row (indices
+         * past its end read its element `lane` again; the planner keeps lanes <= cols), or,
+         * past the last row, those of the group's first row of this pass (r0 < rows): that
+         * row is written only by this group, after the reduction's barrier, which fences
+         * global memory, so no read races a write even in place. */
+        const ulong row_read = live ? r : r0;
+        __global const FCL_T *in_row = in + row_read * in_stride;
         float x[FCL_BLOCK_ITEMS];
-        if (owns) {
-            __global const FCL_T *in_row = in + r * in_stride;
-            /* The score is sm_score's, in the same two roundings. */
+        /* The score is sm_score's, in the same two roundings. */
+        #pragma unroll
+        for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
+            x[i] = scale * FCL_LOAD(in_row, FCL_BLOCK_INDEX(i));
+        if (flags & SM_FLAG_MASK) {
+            const sm_row mask_row = softmax_row(row_read);
             #pragma unroll
             for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
-                x[i] = scale * FCL_LOAD(in_row, FCL_BLOCK_INDEX(i));
-            if (flags & SM_FLAG_MASK) {
-                #pragma unroll
-                for (uint i = 0; i < FCL_BLOCK_ITEMS; i++)
-                    x[i] += sm_mask(row, FCL_BLOCK_INDEX(i), flags);
-            }
+                x[i] += sm_mask(mask_row, FCL_BLOCK_INDEX(i), flags);
         }
         float m_own = -INFINITY;
         #pragma unroll
         for (uint i = 0; i < FCL_BLOCK_ITEMS; i++) {
-            x[i] = owns && lane + i * lanes <= last ? x[i] : -INFINITY;
+            x[i] = live && lane + i * lanes <= last ? x[i] : -INFINITY;
             m_own = fmax(m_own, x[i]); /* NaN never becomes the max; it turns d into NaN */
         }
         const float shift_own = m_own == -INFINITY ? 0.0f : m_own;
@@ -215,8 +214,10 @@ FCL_KERNEL(softmax_block)(SM_ROW_ARGS, uint lanes)
             if (keep_exp)
                 x[i] = e;
         }
-        fcl_row_norm n = sm_row_norm(
-            fcl_stat_reduce_lanes((float2)(m_own, d_own), lanes, scratch), row, flags);
+        /* The sink is read here, not with the mask: live across the reduction it would cost
+         * registers. */
+        fcl_row_norm n = sm_row_norm(fcl_stat_reduce_lanes((float2)(m_own, d_own), lanes, scratch),
+                                     softmax_row(row_read), flags);
         if (!live)
             continue;
         if (lane == 0 && (flags & SM_FLAG_LSE))

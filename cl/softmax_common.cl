@@ -31,13 +31,15 @@ FCL_INLINE sm_row softmax_row_of(ulong r, __global const void *mask, ulong mask_
                       ulong heads, ulong head_rows, uint flags)
 {
     sm_row row;
-    /* mask_rows is rows when each row has its own: no 64-bit division then. */
-    const ulong mask_row = r < mask_rows ? r : r % mask_rows;
+    /* Divisions only where a feature needs them: a row's own work can be as little as 16
+     * elements a work-item. mask_rows is rows when each row has its own mask row. */
+    ulong mask_row = 0, h = 0;
+    if ((flags & SM_FLAG_MASK) && mask_rows > 1)
+        mask_row = r < mask_rows ? r : fcl_mod(r, mask_rows);
     const ulong elem = (flags & SM_FLAG_MASK_F16) ? 2 : 4;
     row.mask = (__global const uchar *)mask + mask_row * mask_stride * elem;
-    ulong h = 0;
-    if (flags & (SM_FLAG_SINKS | SM_FLAG_ALIBI_MASK))
-        h = (r / head_rows) % heads; /* the host requires heads with either */
+    if (flags & (SM_FLAG_SINKS | SM_FLAG_ALIBI_MASK)) /* the host requires heads with either */
+        h = fcl_mod(fcl_div(r, head_rows), heads);
     row.slope = (flags & SM_FLAG_ALIBI_MASK) ? alibi_slopes[h] : 1.0f;
     row.sink = (flags & SM_FLAG_SINKS) ? sinks[h] : -INFINITY;
     return row;

@@ -184,13 +184,14 @@ size_t fcl_plan_fused_max_cols(const fcl_device_info *info)
 }
 
 /* softmax_block's work-items per row: the fewest that hold the row, within the tuning's
- * minimum and the work-group. */
+ * minimum and the work-group, and never more than the row's elements (the kernel lets no
+ * work-item read past its row's end). */
 static size_t block_lanes(const fcl_device_info *info, size_t cols)
 {
     size_t lanes = info->softmax_block_min_lanes ? info->softmax_block_min_lanes : 1;
     while (lanes * info->softmax_block_items < cols)
         lanes *= 2;
-    return min_size(lanes, info->softmax_work_group_size);
+    return min_size(min_size(lanes, info->softmax_work_group_size), floor_pow2(cols));
 }
 
 /* Work-groups needed to keep every compute unit busy: a GPU unit wants several groups
