@@ -191,7 +191,8 @@ static size_t block_lanes(const fcl_device_info *info, size_t cols)
     size_t lanes = info->softmax_block_min_lanes ? info->softmax_block_min_lanes : 1;
     while (lanes * info->softmax_block_items < cols)
         lanes *= 2;
-    return min_size(min_size(lanes, info->softmax_work_group_size), floor_pow2(cols));
+    lanes = min_size(min_size(lanes, info->softmax_work_group_size), floor_pow2(cols));
+    return lanes ? lanes : 1;
 }
 
 /* Work-groups needed to keep every compute unit busy: a GPU unit wants several groups

@@ -179,7 +179,8 @@ static fcl_status check_buffers(fcl_context *ctx, const softmax_shape *sh, const
     return s;
 }
 
-/* The kernels' first arguments (cl/softmax_args.h), generated from the same list. */
+/* The kernels' first arguments (cl/softmax_args.h), generated from the same list: each kind's
+ * host type. */
 #define SM_HOST_IN cl_mem
 #define SM_HOST_OUT cl_mem
 #define SM_HOST_MASK cl_mem
@@ -224,7 +225,7 @@ static cl_int set_row_args(cl_kernel k, const softmax_args *a)
 {
     cl_int err = CL_SUCCESS;
     cl_uint index = 0;
-#define SM_SET_ARG(kind, name) err = set_arg(err, k, index++, sizeof a->name, &a->name);
+#define SM_SET_ARG(kind, name) err = set_arg(err, k, index++, sizeof(SM_HOST_##kind), &a->name);
     SM_ARGS(SM_SET_ARG, SM_SET_ARG)
 #undef SM_SET_ARG
     return err;
