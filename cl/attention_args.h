@@ -38,7 +38,7 @@
     X(U64, mask_batch) X(U64, mask_head) X(U64, mask_q) X(U64, lse_limit)                    \
     X(U64, page_size) X(U64, num_pages) X(U64, block_table_stride) X(U64, alibi_batch)       \
     X(U64, window_left) X(U64, window_right) X(F32, q_scale) X(F32, softcap)                 \
-    X(U64, q_tiles) X(U64, splits) LAST(U64, split_len)
+    X(U64, q_tiles) X(U64, heads_step) X(U64, splits) LAST(U64, split_len)
 
 /* FA_FLAGS(X): X(name, bit) for the bits of `flags`. */
 #define FA_FLAGS(X)                                                                            \
@@ -75,6 +75,7 @@
 #define FA_TK 8                /* ... and columns: FA_TQ * FA_TK work-items */
 #define FA_DEC_LWS 128         /* decode kernel work-items */
 #define FA_DEC_MAX_D 256       /* largest head dim the decode kernel takes (FA_D / 4 <= 128) */
+#define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
 #define FA_RQ 16               /* rows kernel: queries per work-item */
 #define FA_MERGE_LWS 64        /* merge kernels work-items */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */

@@ -155,22 +155,25 @@ FCL_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
 }
 
 /* What step g of a kernel's grid-stride loop owns: block_q queries from q0 of one
- * (batch, head), one key split, and the keys they visit: the split, within L_kv(b), cut
- * where causality or the window hides every key from every query of the block. */
+ * (batch, head) (of heads_step heads from s.h, which share a kv head, in the decode kernel:
+ * a constant 1 elsewhere, so that the divisions by it fold away),
+ * one key split, and the keys they visit: the split, within L_kv(b), cut where causality or
+ * the window hides every key from every query of the block. */
 typedef struct {
     fa_seq s;
     ulong q0, split;
     ulong kv_begin, kv_end;
 } fa_work;
 
-FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q)
+FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong block_q,
+                             ulong heads_step)
 {
     fa_work w;
-    const ulong heads_total = (ulong)p->batch * p->heads_q;
+    const ulong head_steps = p->heads_q / heads_step, heads_total = (ulong)p->batch * head_steps;
     const ulong bh = (g / p->q_tiles) % heads_total;
     w.q0 = (g % p->q_tiles) * block_q;
     w.split = g / (p->q_tiles * heads_total);
-    w.s = fa_sequence(p, io, bh / p->heads_q, bh % p->heads_q);
+    w.s = fa_sequence(p, io, bh / head_steps, (bh % head_steps) * heads_step);
     w.kv_begin = w.split * p->split_len;
     w.kv_end = min(w.s.len_kv, w.kv_begin + p->split_len);
     if (w.q0 >= w.s.len_q) {

@@ -20,7 +20,7 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
 
     for (ulong g = get_global_id(0); g < steps; g += get_global_size(0)) {
-        const fa_work w = fa_locate(p, io, g, FA_RQ);
+        const fa_work w = fa_locate(p, io, g, FA_RQ, 1);
         const ulong q0 = w.q0, len_q = w.s.len_q;
         const uint head_dim = (uint)p->head_dim, head_dim_v = (uint)p->head_dim_v;
         for (uint i = 0; i < FA_RQ; i++) {

@@ -82,7 +82,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
 
     for (ulong g = get_group_id(0); g < steps; g += get_num_groups(0)) {
-        const fa_work w = fa_locate(p, io, g, FA_BQ);
+        const fa_work w = fa_locate(p, io, g, FA_BQ, 1);
         const ulong q0 = w.q0, len_q = w.s.len_q;
         if (q0 >= len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */

@@ -167,7 +167,8 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
     const fcl_attention_desc *d = &pr->d;
     fcl_attention_params p = pr->params;
     /* The kernel compiled for no more than the call needs, where there is one. */
-    cl_kernel *kernels = ctx->attention[l->bucket][l->path];
+    cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
+                                           : ctx->attention[l->bucket][l->path];
     cl_kernel kern = (p.flags & ~(cl_uint)FA_FEATURES_PLAIN) || !kernels[FCL_ATTENTION_PLAIN]
                          ? kernels[FCL_ATTENTION_ALL]
                          : kernels[FCL_ATTENTION_PLAIN];
@@ -175,6 +176,7 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
     cl_int err = CL_SUCCESS;
     const size_t rows = d->batch * d->heads_q * d->len_q;
     p.q_tiles = l->q_tiles;
+    p.heads_step = l->heads_step;
     p.splits = l->splits;
     p.split_len = l->split_len;
     if (l->splits > 1) {

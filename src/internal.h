@@ -42,6 +42,8 @@ struct fcl_context {
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
+    /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
+    cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
@@ -180,6 +182,7 @@ typedef struct fcl_attention_launch {
     fcl_attention_path path;
     size_t block_q, block_kv;
     size_t q_tiles;   /* per (batch, head) */
+    size_t heads_step; /* query heads a work-group takes together (decode: GQA groups) */
     size_t splits;    /* key splits; 1: the kernel writes the output itself */
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */

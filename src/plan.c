@@ -308,6 +308,16 @@ size_t fcl_attention_decode_keys(size_t dim)
     return dim > FA_DEC_MAX_D ? 0 : FA_DEC_LWS / (dim / 4) * 4;
 }
 
+/* Query heads of one kv head a decode work-group takes together, so that it reads their K
+ * and V once: the most, up to FA_DEC_HEADS, that divide the GQA group. */
+static size_t decode_heads_step(const fcl_attention_desc *d)
+{
+    size_t group = d->heads_kv ? d->heads_q / d->heads_kv : 1, step = FA_DEC_HEADS;
+    while (group % step)
+        step /= 2;
+    return step;
+}
+
 /* Key splits: as forced, else enough to give `fill` work-groups, each split at least
  * min_tiles key tiles long. */
 static size_t attention_splits(const fcl_attention_desc *d, size_t work, size_t fill,
@@ -343,7 +353,8 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     if (bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
-    size_t work = q_tiles * d->batch * d->heads_q;
+    size_t heads_step = decode ? decode_heads_step(d) : 1;
+    size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
     size_t fill = (size_t)info->compute_units *
                   (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
                    : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
@@ -357,6 +368,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
+    launch->heads_step = heads_step;
     /* len_kv >= 1 and 1 <= splits <= kv_tiles, so a split has at least one tile. */
     size_t tiles_per_split = ceil_div(kv_tiles, splits);
     launch->split_len = tiles_per_split * bk;

@@ -90,8 +90,10 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, const
         fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
                  bk, fcl_cl_attention_tile);
-        if (fcl_attention_decode_keys(dim))
-            text_add(t, "#line 1 \"attention_decode.cl\"\n%s\n", fcl_cl_attention_decode);
+        if (fcl_attention_decode_keys(dim)) /* for one query head, and for GQA groups */
+            text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
+                        "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
+                     fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
         text_add(t, "#undef FA_BQ\n#undef FA_BK\n");
     }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
@@ -258,6 +260,9 @@ void fcl_release_kernels(fcl_context *ctx)
         for (int p = 0; p < 3; p++)
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
                 release_kernel(&ctx->attention[b][p][v]);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            release_kernel(&ctx->attention_decode_groups[b][v]);
     release_kernel(&ctx->attention_merge_splits);
     release_kernel(&ctx->attention_merge_parts);
     if (ctx->program) {
@@ -356,15 +361,23 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
     if (!fcl_attention_decode_keys(tile->max_head_dim))
         return FCL_SUCCESS;
-    /* The decode kernels are an extra: where one does not fit, the tile kernels serve. */
+    /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
+     * fit, the tile kernels serve. */
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix[v]);
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
                            &fits, &local);
+        snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix[v],
+                 FA_DEC_HEADS);
+        if (s == FCL_SUCCESS && fits)
+            s = create_fitting(ctx, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,
+                               &local);
     }
     if (s == FCL_SUCCESS && !fits)
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             release_kernel(&ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v]);
+            release_kernel(&ctx->attention_decode_groups[b][v]);
+        }
     else if (s == FCL_SUCCESS)
         tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
     return s;

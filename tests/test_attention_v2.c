@@ -281,6 +281,32 @@ static void test_mla_and_head_sizes(void **state)
 
 /* ---- everything at once ---- */
 
+/* Decoding with every GQA group shape: a work-group takes up to 4 query heads of one kv head
+ * (8/1: two such steps per kv head; 6/2 and 12/4: groups of 3, one head a step; MHA), with
+ * per-head modifiers (mask rows, slopes, sinks) and key splits. */
+static void test_gqa_decode_groups(void **state)
+{
+    (void)state;
+    static const size_t shapes[4][2] = {{8, 1}, {6, 2}, {12, 4}, {4, 4}};
+    static const float sinks[12] = {1, -1, 0, 2, -INFINITY, 0.5f, 3, -2, 1, 0, -1, 2};
+    float slopes[12];
+    assert_int_equal(fcl_alibi_slopes(12, 8.0f, slopes), FCL_SUCCESS);
+    for (int sh = 0; sh < 4; sh++)
+        for (size_t len_q = 1; len_q <= 3; len_q += 2) {
+            attention_run r = {.d = {.batch = 2, .heads_q = shapes[sh][0], .heads_kv = shapes[sh][1],
+                                     .len_q = len_q, .len_kv = 90, .head_dim = 64,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .kv_splits = sh % 2 ? 3 : 0,
+                                     .dtype_kv = FCL_DTYPE_F16}};
+            attention_contiguous_inputs(&r);
+            check_attention_run(&r);
+            attention_additive_mask(&r, FCL_MASK_ADD_F16);
+            r.io.sinks = sinks;
+            r.io.alibi_slopes = slopes;
+            check_attention_run(&r);
+            attention_free_inputs(&r);
+        }
+}
+
 static void test_combined(void **state)
 {
     (void)state;
@@ -517,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_window),
         cmocka_unit_test(test_sinks),
         cmocka_unit_test(test_mla_and_head_sizes),
+        cmocka_unit_test(test_gqa_decode_groups),
         cmocka_unit_test(test_combined),
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_bad_indices_and_features),
