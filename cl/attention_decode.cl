@@ -122,7 +122,8 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
             #pragma unroll
             for (uint j = 0; j < FA_DEC_G; j++) {
                 if (j >= heads)
-                    break;
+                    continue; /* not break: a loop of constant trip count is unrolled, and its
+                               * arrays stay registers (AMD: no scratch) */
                 #pragma unroll
                 for (uint u = 0; u < FA_DEC_U; u++) {
                     float dot = 0.0f;
@@ -147,7 +148,7 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
             #pragma unroll
             for (uint j = 0; j < FA_DEC_G; j++) {
                 if (j >= heads)
-                    break;
+                    continue;
                 float m_new = m[j];
                 for (uint t = 0; t < FA_DEC_KEYS; t++)
                     m_new = fmax(m_new, scores[j][t]);
@@ -174,7 +175,7 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
         #pragma unroll
         for (uint j = 0; j < FA_DEC_G; j++) {
             if (j >= heads)
-                break;
+                continue;
             #pragma unroll
             for (uint e = 0; e < 4; e++)
                 sum_o[r][c + e * FA_DEC_C] = o[j][e];
