@@ -158,15 +158,15 @@ FCL_KERNEL(softmax_fused)(SM_ROW_ARGS, __local float *row_buf)
 }
 
 #if FCL_BLOCK_ITEMS > 0
+/* Element i of a work-item in softmax_block; past the row's end, its first element again. */
+#define FCL_BLOCK_INDEX(i) (lane + (i) * lanes <= last ? lane + (i) * lanes : lane)
+
 /* FUSED for rows of up to FCL_LWS * FCL_BLOCK_ITEMS elements, held in registers: `lanes`
  * work-items share a row (a power of two dividing FCL_LWS), so a group takes FCL_LWS / lanes
  * rows at once and short rows still fill it. Element j of a row is item j / lanes of lane
  * j % lanes: neighbouring work-items read neighbouring elements. Each work-item keeps
  * exp(s - its own max) and its own (m, d); one merge over the lanes gives the row's (m, d),
  * so the input is read once, with one exp per element and one reduction per row. */
-/* Element i of a work-item in softmax_block; past the row's end, its first element again. */
-#define FCL_BLOCK_INDEX(i) (lane + (i) * lanes <= last ? lane + (i) * lanes : lane)
-
 FCL_KERNEL(softmax_block)(SM_ROW_ARGS, uint lanes)
 {
     __local float2 scratch[FCL_LWS];

@@ -95,6 +95,16 @@ static fcl_status check_desc(fcl_context *ctx, const fcl_softmax_desc *desc, sof
     return FCL_SUCCESS;
 }
 
+/* in == out (in place) works only where every row starts at the same place in both. */
+static fcl_status check_in_place(fcl_context *ctx, const softmax_shape *sh, int in_place)
+{
+    if (in_place && sh->d.in_stride != sh->d.out_stride)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "in place (in == out) needs in_stride (%zu) == out_stride (%zu)",
+                        sh->d.in_stride, sh->d.out_stride);
+    return FCL_SUCCESS;
+}
+
 /* Which optional buffers a call has, against what the descriptor needs of them. */
 static fcl_status check_features(fcl_context *ctx, const softmax_shape *sh, int has_mask,
                                  int has_sinks, int has_slopes)
@@ -155,15 +165,13 @@ static fcl_status check_buffers(fcl_context *ctx, const softmax_shape *sh, const
 {
     if (!io)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io (the buffers) is NULL");
-    if (io->in == io->out && io->in && sh->d.in_stride != sh->d.out_stride)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "in place (in == out) needs in_stride (%zu) == out_stride (%zu)",
-                        sh->d.in_stride, sh->d.out_stride);
+    fcl_status s = check_in_place(ctx, sh, io->in == io->out && io->in);
+    if (s != FCL_SUCCESS)
+        return s;
     if (n_wait && !wait)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
                         (unsigned)n_wait);
-    fcl_status s = check_features(ctx, sh, io->mask != NULL, io->sinks != NULL,
-                                  io->alibi_slopes != NULL);
+    s = check_features(ctx, sh, io->mask != NULL, io->sinks != NULL, io->alibi_slopes != NULL);
     if (s == FCL_SUCCESS)
         s = fcl_check_buffer(ctx, "in", io->in, sh->in_bytes);
     if (s == FCL_SUCCESS)
@@ -361,11 +369,10 @@ fcl_status fcl_softmax_run_host(fcl_context *ctx, const fcl_softmax_desc *d,
     if (!io->in || !io->out)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", io->in ? "out" : "in");
     int in_place = (io->in == io->out);
-    if (in_place && sh.d.in_stride != sh.d.out_stride)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "in place (in == out) needs in_stride (%zu) == out_stride (%zu)",
-                        sh.d.in_stride, sh.d.out_stride);
-    s = check_features(ctx, &sh, io->mask != NULL, io->sinks != NULL, io->alibi_slopes != NULL);
+    s = check_in_place(ctx, &sh, in_place);
+    if (s == FCL_SUCCESS)
+        s = check_features(ctx, &sh, io->mask != NULL, io->sinks != NULL,
+                           io->alibi_slopes != NULL);
     if (s != FCL_SUCCESS)
         return s;
 

@@ -31,11 +31,10 @@ static void assert_untouched(void)
         assert_true(lse[i] == SENTINEL);
 }
 
-/* The call is rejected with `want` and the message names `needle`. */
-static void expect_rejected(fcl_softmax_desc d, fcl_status want, const char *needle)
+/* A call (made after reset_buffers) returned s: it must be `want`, with a message naming
+ * `needle`, and nothing written. */
+static void assert_rejected(fcl_status s, fcl_status want, const char *needle)
 {
-    reset_buffers();
-    fcl_status s = fcl_softmax_host(support_ctx, &d, in, NULL, out, lse);
     if (s != want)
         fail_msg("got %s, want %s (%s)", fcl_status_string(s), fcl_status_string(want),
                  fcl_context_last_error(support_ctx));
@@ -43,6 +42,13 @@ static void expect_rejected(fcl_softmax_desc d, fcl_status want, const char *nee
     if (!strstr(msg, needle))
         fail_msg("message \"%s\" does not name %s", msg, needle);
     assert_untouched();
+}
+
+/* fcl_softmax_host rejects d with `want`, naming `needle`. */
+static void expect_rejected(fcl_softmax_desc d, fcl_status want, const char *needle)
+{
+    reset_buffers();
+    assert_rejected(fcl_softmax_host(support_ctx, &d, in, NULL, out, lse), want, needle);
 }
 
 static void test_bad_descriptors(void **state)
@@ -89,13 +95,7 @@ static void expect_rejected_io(fcl_softmax_desc d, const fcl_softmax_host_io *io
                                const char *needle)
 {
     reset_buffers();
-    fcl_status s = fcl_softmax_run_host(support_ctx, &d, io);
-    if (s != FCL_ERROR_INVALID_ARGUMENT)
-        fail_msg("got %s (%s)", fcl_status_string(s), fcl_context_last_error(support_ctx));
-    const char *msg = fcl_context_last_error(support_ctx);
-    if (!strstr(msg, needle))
-        fail_msg("message \"%s\" does not name %s", msg, needle);
-    assert_untouched();
+    assert_rejected(fcl_softmax_run_host(support_ctx, &d, io), FCL_ERROR_INVALID_ARGUMENT, needle);
 }
 
 static void test_bad_heads_sinks_alibi(void **state)
