@@ -61,14 +61,19 @@
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
-/* The tile and decode kernels are compiled twice: for everything (FA_FEATURES_ALL), and for
- * the features of plain attention on strided tensors (FA_FEATURES_PLAIN), where the other
- * features' code is compiled out. Each kernel masks flags with its FA_FEATURES, so the
- * compiler removes what is masked; the host runs the plain kernel when a call needs no more. */
+/* The tile and decode kernels are compiled for several feature sets: everything
+ * (FA_FEATURES_ALL); plain attention on strided tensors (FA_FEATURES_PLAIN); and, for the tile
+ * kernel, plain plus the score modifiers (FA_FEATURES_SCORES: no paging, packing or
+ * per-sequence lengths, whose addressing costs the tile kernel the registers that keep it
+ * fast). Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of
+ * what is masked; the host runs the first built kernel whose features cover the call. */
 #define FA_FEATURES_ALL 0xffffu
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)
+#define FA_FEATURES_SCORES                                                                     \
+    (FA_FEATURES_PLAIN | FA_FLAG_MASK_ADD_F16 | FA_FLAG_WINDOW | FA_FLAG_SOFTCAP |            \
+     FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK | FA_FLAG_SINKS)
 
 /* Launch shapes the kernels are written for (the host plans with the same numbers). */
 #define FA_TQ 8                /* tile kernel: work-item rows ... */

@@ -64,6 +64,54 @@ FCL_INLINE void FCL_CAT(fa_dec_gather, FA_DEC_NAME)(__private float *x, const fa
                                               dim);
 }
 
+/* The K and V shares of a step at once, for a paged cache: one block-table lookup per key
+ * for both (the lookup's latency comes before the loads that need it, so it is paid once, not
+ * twice). Not used unpaged: interleaving the two streams' loads there costs registers. */
+FCL_INLINE void FCL_CAT(fa_dec_gather_paged_typed, FA_DEC_NAME)(__private float *kx, __private float *vx,
+                                                           const fa_params *p, const fa_io *io,
+                                                           const uint dtype, const fa_seq *s,
+                                                           ulong k0, uint r, uint c, ulong kv_end)
+{
+    #pragma unroll
+    for (uint u = 0; u < FA_DEC_U; u++) {
+        const ulong kj = k0 + r + u * FA_DEC_R;
+        const fa_place at = fa_place_of(p, io, &s->k, kj < kv_end ? kj : 0);
+        const ulong k_at = fa_row_at(&s->k, at), v_at = fa_row_at(&s->v, at);
+        #pragma unroll
+        for (uint e = 0; e < 4; e++) {
+            const uint d = c + e * FA_DEC_C;
+            const int k_in = kj < kv_end && d < p->head_dim, v_in = kj < kv_end && d < p->head_dim_v;
+            const float kval = fcl_load_any(io->k, dtype, k_in ? k_at + d : 0);
+            const float vval = fcl_load_any(io->v, dtype, v_in ? v_at + d : 0);
+            kx[u * 4 + e] = k_in ? kval : 0.0f;
+            vx[u * 4 + e] = v_in ? vval : 0.0f;
+        }
+    }
+}
+
+/* A step's K and V shares (kx, vx) in the storage type of the call. */
+FCL_INLINE void FCL_CAT(fa_dec_gather_kv, FA_DEC_NAME)(__private float *kx, __private float *vx,
+                                                  const fa_params *p, const fa_io *io,
+                                                  const fa_work *w, ulong k0, uint r, uint c)
+{
+    const uint dt = p->dtype_kv;
+    if (!(p->flags & FA_FLAG_PAGED)) {
+        FCL_CAT(fa_dec_gather, FA_DEC_NAME)(kx, p, io, io->k, dt, &w->s.k, k0, r, c, w->kv_end,
+                                            (uint)p->head_dim);
+        FCL_CAT(fa_dec_gather, FA_DEC_NAME)(vx, p, io, io->v, dt, &w->s.v, k0, r, c, w->kv_end,
+                                            (uint)p->head_dim_v);
+    } else if (dt == FCL_DTYPE_F32) {
+        FCL_CAT(fa_dec_gather_paged_typed, FA_DEC_NAME)(kx, vx, p, io, FCL_DTYPE_F32, &w->s, k0, r, c,
+                                                        w->kv_end);
+    } else if (dt == FCL_DTYPE_F16) {
+        FCL_CAT(fa_dec_gather_paged_typed, FA_DEC_NAME)(kx, vx, p, io, FCL_DTYPE_F16, &w->s, k0, r, c,
+                                                        w->kv_end);
+    } else {
+        FCL_CAT(fa_dec_gather_paged_typed, FA_DEC_NAME)(kx, vx, p, io, FCL_DTYPE_BF16, &w->s, k0, r, c,
+                                                        w->kv_end);
+    }
+}
+
 /* The step's work for head j of the work-group's heads: the same keys, its own head index
  * (the score modifiers and sinks look it up). */
 FCL_INLINE fa_work FCL_CAT(fa_dec_head, FA_DEC_NAME)(const fa_work *w, uint j)
@@ -115,10 +163,7 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_DEC_KEYS) {
             /* The step's K and V shares are loaded together, before the first barrier. */
             float kx[FA_DEC_U * 4], vx[FA_DEC_U * 4];
-            FCL_CAT(fa_dec_gather, FA_DEC_NAME)(kx, p, io, io->k, p->dtype_kv, &w.s.k, k0, r, c, w.kv_end,
-                                            (uint)p->head_dim);
-            FCL_CAT(fa_dec_gather, FA_DEC_NAME)(vx, p, io, io->v, p->dtype_kv, &w.s.v, k0, r, c, w.kv_end,
-                                            (uint)p->head_dim_v);
+            FCL_CAT(fa_dec_gather_kv, FA_DEC_NAME)(kx, vx, p, io, &w, k0, r, c);
             #pragma unroll
             for (uint j = 0; j < FA_DEC_G; j++) {
                 if (j >= heads)

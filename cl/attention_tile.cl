@@ -148,31 +148,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 for (uint j = 0; j < FA_SK; j++)
                     s[i][j] = fa_hidden(vis, k0 + tk + j * FA_TK) ? -INFINITY : s[i][j];
             }
-            const uint modifiers = p->flags & FA_SCORE_MODIFIERS;
-            if (modifiers & ~(uint)(FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL)) {
-                /* Softcap, ALiBi and the mask through this work-item's own cells of p_tile,
-                 * in a loop that is not unrolled: one copy of their code, not one per score
-                 * held in registers. */
-                #pragma unroll
-                for (uint i = 0; i < FA_SQ; i++)
-                    #pragma unroll
-                    for (uint j = 0; j < FA_SK; j++)
-                        p_tile[tq + i * FA_TQ][tk + j * FA_TK] = s[i][j];
-                #pragma unroll 1
-                for (uint e = 0; e < FA_SQ * FA_SK; e++) {
-                    const uint r = tq + (e / FA_SK) * FA_TQ, c = tk + (e % FA_SK) * FA_TK;
-                    const float x = p_tile[r][c];
-                    if (x != -INFINITY)
-                        p_tile[r][c] = fa_modified_score(p, io, &w, x, q0 + r, k0 + c);
-                }
-                #pragma unroll
-                for (uint i = 0; i < FA_SQ; i++)
-                    #pragma unroll
-                    for (uint j = 0; j < FA_SK; j++)
-                        s[i][j] = p_tile[tq + i * FA_TQ][tk + j * FA_TK];
-            } else if (modifiers) {
-                /* A float32 or boolean mask alone (the plain kernel's only modifier), in
-                 * place: a load and an add per score. */
+            /* The modifiers in place, a few operations and perhaps a mask load per visible
+             * score. */
+            if (p->flags & FA_SCORE_MODIFIERS) {
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
                     #pragma unroll

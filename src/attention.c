@@ -166,12 +166,14 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
 {
     const fcl_attention_desc *d = &pr->d;
     fcl_attention_params p = pr->params;
-    /* The kernel compiled for no more than the call needs, where there is one. */
+    /* The kernel compiled for the fewest features that cover the call (ALL covers every
+     * call, and is built wherever the path is). */
     cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
                                            : ctx->attention[l->bucket][l->path];
-    cl_kernel kern = (p.flags & ~(cl_uint)FA_FEATURES_PLAIN) || !kernels[FCL_ATTENTION_PLAIN]
-                         ? kernels[FCL_ATTENTION_ALL]
-                         : kernels[FCL_ATTENTION_PLAIN];
+    cl_kernel kern = NULL;
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS && !kern; v++)
+        if (!(p.flags & ~(cl_uint)fcl_attention_variant_features(v)))
+            kern = kernels[v];
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
     const size_t rows = d->batch * d->heads_q * d->len_q;

@@ -121,6 +121,11 @@ static fcl_status check_features(fcl_context *ctx, const fcl_attention_desc *d,
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "alibi_from_mask needs an additive mask (mask_type FCL_MASK_ADD_F32 or "
                         "FCL_MASK_ADD_F16)");
+    if (g->alibi_slopes && !d->alibi_from_mask && d->len_q + d->len_kv > INT32_LIMIT)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "with ALiBi distances, len_q + len_kv (%zu + %zu) must be at most %zu: "
+                        "the kernels hold query-key distances in 32 bits",
+                        d->len_q, d->len_kv, INT32_LIMIT);
     if (d->alibi_slopes_batch_stride > INT32_LIMIT)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "alibi_slopes_batch_stride (%zu) must be at most %zu",

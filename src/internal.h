@@ -19,8 +19,10 @@
 #define FCL_ATTENTION_MAX_HEAD_DIM_V 512
 #define FCL_ATTENTION_WORK_GROUP ((size_t)FA_TQ * FA_TK)
 #define FCL_ATTENTION_DECODE_MAX_Q 4 /* longest len_q the decode kernel takes */
-/* The feature sets the tile and decode kernels are compiled for (attention_args.h). */
-enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
+/* The feature sets the attention kernels are compiled for (attention_args.h), smallest
+ * first: kernel names end in "", "_mod" and "_all". The decode kernel has no _mod build and
+ * the rows kernel only _all: their other slots stay NULL. */
+enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -210,6 +212,19 @@ typedef struct fcl_attention_buffers {
     FA_BUFFERS(FCL_BUFFER_FIELD)
 } fcl_attention_buffers;
 enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
+/* The features and kernel-name suffix of each FCL_ATTENTION_* feature set. */
+static inline unsigned fcl_attention_variant_features(int variant)
+{
+    static const unsigned features[FCL_ATTENTION_VARIANTS] = {FA_FEATURES_PLAIN,
+                                                              FA_FEATURES_SCORES, FA_FEATURES_ALL};
+    return features[variant];
+}
+static inline const char *fcl_attention_variant_suffix(int variant)
+{
+    static const char *const suffix[FCL_ATTENTION_VARIANTS] = {"", "_mod", "_all"};
+    return suffix[variant];
+}
+
 
 /* A descriptor resolved into the one addressing form every kernel uses: views with their
  * strides, packed and paged sequences, modifiers, as kernel parameters. */

@@ -15,8 +15,8 @@
 
 static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256, 576};
 /* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
-static const size_t tile_candidates[][2] = {{64, 32}, {32, 32}, {16, 32}, {16, 16}, {8, 16},
-                                            {8, 8}};
+static const size_t tile_candidates[][2] = {{64, 32}, {64, 16}, {32, 32}, {16, 32}, {16, 16},
+                                            {8, 16}, {8, 8}};
 #define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 static size_t floor_pow2(size_t x)
 {
@@ -53,9 +53,11 @@ static const struct device_entry {
      * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
      * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
      * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
-     * at every N. 96 attention accumulators admit 64 x 32 tiles at head_dim 64: 13-19%
-     * faster than 32 x 32 on the H200, with 255 registers a thread available. */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96},
+     * at every N. 80 attention accumulators admit 64 x 16 tiles at head_dim 64: 8% faster
+     * than 64 x 32 (96) on the H100 since v0.2's addressing took NVIDIA's compiler from 168
+     * to 248 registers there (4 groups an SM, not 6), and 64 x 32 was 13-19% faster than
+     * 32 x 32 on the H200. */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 80},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
      * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: the 32 x 32
      * tile at head_dim 128 (80) spills 22 VGPRs on wave32 RDNA2 (gfx1030) with v0.2's
@@ -160,8 +162,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1> or attention_tile=<one of 64x32, 32x32, "
-                            "16x32, 16x16, 8x16, 8x8>, separated by commas",
+                            "attention_rows=<0 or 1> or attention_tile=<one of 64x32, 64x16, "
+                            "32x32, 16x32, 16x16, 8x16, 8x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
     return FCL_SUCCESS;

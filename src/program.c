@@ -74,15 +74,14 @@ static void text_add(text *t, const char *fmt, ...)
     }
 }
 
-/* The kernels of one head-dim bucket and feature set (suffix "" for FA_FEATURES_PLAIN, "_all"
- * for FA_FEATURES_ALL): the tile kernel (with the decode kernel where it takes the bucket's
- * dims), or the rows kernel. */
-static void add_attention_kernels(text *t, const kernel_plan *plan, int b, const char *suffix,
-                                  unsigned features)
+/* The kernels of one head-dim bucket and feature set (variant): the tile kernel (with the
+ * decode kernel where it takes the bucket's dims, but for FCL_ATTENTION_SCORES), or the rows
+ * kernel. */
+static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int variant)
 {
     size_t dim = fcl_attention_bucket_dim(b);
-    text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim, suffix,
-             dim, features);
+    text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim,
+             fcl_attention_variant_suffix(variant), dim, fcl_attention_variant_features(variant));
     if (plan->tile[b] < 0) {
         text_add(t, "#line 1 \"attention_rows.cl\"\n%s\n", fcl_cl_attention_rows);
     } else {
@@ -90,7 +89,8 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, const
         fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
                  bk, fcl_cl_attention_tile);
-        if (fcl_attention_decode_keys(dim)) /* for one query head, and for GQA groups */
+        if (fcl_attention_decode_keys(dim) && variant != FCL_ATTENTION_SCORES)
+            /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
                      fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
@@ -114,9 +114,10 @@ static char *program_source(const kernel_plan *plan)
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        add_attention_kernels(&t, plan, b, "_all", FA_FEATURES_ALL);
-        if (plan->tile[b] >= 0) /* the rows kernel has no plain variant */
-            add_attention_kernels(&t, plan, b, "", FA_FEATURES_PLAIN);
+        add_attention_kernels(&t, plan, b, FCL_ATTENTION_ALL);
+        if (plan->tile[b] >= 0) /* the rows kernel has only ALL */
+            for (int v = 0; v < FCL_ATTENTION_ALL; v++)
+                add_attention_kernels(&t, plan, b, v);
     }
     text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n#undef FA_FEATURES\n",
              FA_FEATURES_ALL, fcl_cl_attention_merge);
@@ -332,20 +333,20 @@ static fcl_status create_fitting(fcl_context *ctx, const char *name, cl_kernel *
     return s;
 }
 
-/* Creates one bucket's tile kernels (both feature sets) and decode kernels, where built. A
+/* Creates one bucket's tile kernels (every feature set) and decode kernels, where built. A
  * tile kernel that exceeds the device's local memory or cannot run a full work-group moves
  * the bucket to the next smaller tile, or to the rows kernel (plan->tile), and sets
  * *rebuild. */
 static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
 {
     struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
-    static const char *const suffix[FCL_ATTENTION_VARIANTS] = {"", "_all"};
     char name[48];
     cl_ulong local = 0;
     int fits = 1;
     fcl_status s = FCL_SUCCESS;
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-        snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim, suffix[v]);
+        snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
+                 fcl_attention_variant_suffix(v));
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
                            FCL_ATTENTION_WORK_GROUP, &fits, &local);
         tile->local_mem_size = local > tile->local_mem_size ? local : tile->local_mem_size;
@@ -364,10 +365,13 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
      * fit, the tile kernels serve. */
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-        snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix[v]);
+        if (v == FCL_ATTENTION_SCORES)
+            continue; /* not built: the all-feature decode kernel serves */
+        const char *suffix = fcl_attention_variant_suffix(v);
+        snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
                            &fits, &local);
-        snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix[v],
+        snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
                  FA_DEC_HEADS);
         if (s == FCL_SUCCESS && fits)
             s = create_fitting(ctx, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,

@@ -457,6 +457,8 @@ static void test_bad_indices_and_features(void **state)
     EXPECT_REJECTED("alibi_from_mask needs an additive mask");
     d = ok, d.alibi_slopes_batch_stride = 1, io = (fcl_attention_host_io){.alibi_slopes = slopes};
     EXPECT_REJECTED("alibi_slopes_batch_stride (1) is smaller than heads_q (2)");
+    d = ok, d.len_q = d.len_kv = (size_t)1 << 30, io = (fcl_attention_host_io){.alibi_slopes = slopes};
+    EXPECT_REJECTED("len_q + len_kv (1073741824 + 1073741824) must be at most 2147483647");
     d = ok, d.softcap = -1.0f, io = (fcl_attention_host_io){0};
     EXPECT_REJECTED("softcap (-1)");
     d = ok, d.mask_type = (fcl_mask_type)4, io = (fcl_attention_host_io){.mask = q};

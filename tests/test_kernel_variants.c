@@ -34,8 +34,9 @@ static void test_softmax_variants(void **state)
 }
 
 /* Attention of one head-dim pair: prefill and decode, each through the plain kernels (mask,
- * causality, split-KV) and the all-feature ones (paged, per-sequence lengths, softcap,
- * ALiBi, window, sinks). */
+ * causality, split-KV), the score-modifier ones (float16 mask, softcap, ALiBi, window, sinks
+ * on contiguous tensors) and the all-feature ones (paged, per-sequence lengths and the
+ * modifiers). */
 static void attention_variants(size_t head_dim, size_t head_dim_v)
 {
     static const int32_t lens[2] = {20, 13};
@@ -49,6 +50,17 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
                                  .dtype_kv = FCL_DTYPE_F16}};
         attention_contiguous_inputs(&r);
         attention_additive_mask(&r, FCL_MASK_ADD_F32);
+        check_attention_run(&r);
+        attention_free_inputs(&r);
+
+        r = (attention_run){.d = {.batch = 2, .heads_q = 2, .heads_kv = 1, .len_q = len_q,
+                                  .len_kv = 20, .head_dim = head_dim, .head_dim_v = head_dim_v,
+                                  .causal = FCL_CAUSAL_TOP_LEFT, .softcap = 30.0f, .window = 1,
+                                  .window_left = 9, .window_right = 3, .kv_splits = 2}};
+        attention_contiguous_inputs(&r);
+        attention_additive_mask(&r, FCL_MASK_ADD_F16);
+        r.io.sinks = sinks;
+        r.io.alibi_slopes = slopes;
         check_attention_run(&r);
         attention_free_inputs(&r);
 

@@ -181,11 +181,13 @@ static void test_attention_tiles(void **state)
     fill_attention_tiles(&nv);
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
-    /* NVIDIA: 64 x 32 at head_dim 64 (96 accumulators, 36.8 KB); AMD and CPUs: 32 x 32. */
+    /* 80 accumulators (NVIDIA, CPUs): 64 x 16 at head_dim 64 (28.4 KB); AMD's 76: 32 x 32. */
     assert_int_equal(nv.attention_tiles[0].block_q, 64);
-    assert_int_equal(nv.attention_tiles[0].block_kv, 32);
+    assert_int_equal(nv.attention_tiles[0].block_kv, 16);
+    assert_int_equal(cpu.attention_tiles[0].block_q, 64);
+    assert_int_equal(cpu.attention_tiles[0].block_kv, 16);
     assert_int_equal(amd.attention_tiles[0].block_q, 32);
-    assert_int_equal(cpu.attention_tiles[0].block_q, 32);
+    assert_int_equal(amd.attention_tiles[0].block_kv, 32);
     /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 52.6 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
     assert_int_equal(nv.attention_tiles[1].block_kv, 32);
