@@ -225,7 +225,6 @@ static inline const char *fcl_attention_variant_suffix(int variant)
     return suffix[variant];
 }
 
-
 /* A descriptor resolved into the one addressing form every kernel uses: views with their
  * strides, packed and paged sequences, modifiers, as kernel parameters. */
 typedef struct fcl_attention_problem {
