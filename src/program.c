@@ -74,8 +74,12 @@ static void text_add(text *t, const char *fmt, ...)
     }
 }
 
+/* Whether the decode kernel is built for a feature set: not for the score modifiers, whose
+ * calls its all-feature build serves (the tile kernel needs that build for its registers). */
+static int decode_built_for(int variant) { return variant != FCL_ATTENTION_SCORES; }
+
 /* The kernels of one head-dim bucket and feature set (variant): the tile kernel (with the
- * decode kernel where it takes the bucket's dims, but for FCL_ATTENTION_SCORES), or the rows
+ * decode kernel where it takes the bucket's dims and is built for the set), or the rows
  * kernel. */
 static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int variant)
 {
@@ -89,7 +93,7 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
         fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
                  bk, fcl_cl_attention_tile);
-        if (fcl_attention_decode_keys(dim) && variant != FCL_ATTENTION_SCORES)
+        if (fcl_attention_decode_keys(dim) && decode_built_for(variant))
             /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
@@ -365,8 +369,8 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
      * fit, the tile kernels serve. */
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-        if (v == FCL_ATTENTION_SCORES)
-            continue; /* not built: the all-feature decode kernel serves */
+        if (!decode_built_for(v))
+            continue;
         const char *suffix = fcl_attention_variant_suffix(v);
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,

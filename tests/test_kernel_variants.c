@@ -44,19 +44,19 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
     float slopes[2];
     assert_int_equal(fcl_alibi_slopes(2, 8.0f, slopes), FCL_SUCCESS);
     for (size_t len_q = 1; len_q <= 9; len_q += 8) {
-        attention_run r = {.d = {.batch = 2, .heads_q = 2, .heads_kv = 1, .len_q = len_q,
-                                 .len_kv = 20, .head_dim = head_dim, .head_dim_v = head_dim_v,
-                                 .causal = FCL_CAUSAL_BOTTOM_RIGHT, .kv_splits = 2,
-                                 .dtype_kv = FCL_DTYPE_F16}};
+        const fcl_attention_desc shape = {.batch = 2, .heads_q = 2, .heads_kv = 1,
+                                          .len_q = len_q, .len_kv = 20, .head_dim = head_dim,
+                                          .head_dim_v = head_dim_v};
+        attention_run r = {.d = shape};
+        r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT, r.d.kv_splits = 2, r.d.dtype_kv = FCL_DTYPE_F16;
         attention_contiguous_inputs(&r);
         attention_additive_mask(&r, FCL_MASK_ADD_F32);
         check_attention_run(&r);
         attention_free_inputs(&r);
 
-        r = (attention_run){.d = {.batch = 2, .heads_q = 2, .heads_kv = 1, .len_q = len_q,
-                                  .len_kv = 20, .head_dim = head_dim, .head_dim_v = head_dim_v,
-                                  .causal = FCL_CAUSAL_TOP_LEFT, .softcap = 30.0f, .window = 1,
-                                  .window_left = 9, .window_right = 3, .kv_splits = 2}};
+        r = (attention_run){.d = shape};
+        r.d.causal = FCL_CAUSAL_TOP_LEFT, r.d.softcap = 30.0f, r.d.kv_splits = 2;
+        r.d.window = 1, r.d.window_left = 9, r.d.window_right = 3;
         attention_contiguous_inputs(&r);
         attention_additive_mask(&r, FCL_MASK_ADD_F16);
         r.io.sinks = sinks;
@@ -64,11 +64,10 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         check_attention_run(&r);
         attention_free_inputs(&r);
 
-        r = (attention_run){.d = {.batch = 2, .heads_q = 2, .heads_kv = 1, .len_q = len_q,
-                                  .len_kv = 20, .head_dim = head_dim, .head_dim_v = head_dim_v,
-                                  .causal = FCL_CAUSAL_BOTTOM_RIGHT, .page_size = 16,
-                                  .softcap = 10.0f, .window = 1, .window_left = 11,
-                                  .dtype_q = FCL_DTYPE_BF16, .dtype_o = FCL_DTYPE_F16}};
+        r = (attention_run){.d = shape};
+        r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT, r.d.page_size = 16, r.d.softcap = 10.0f;
+        r.d.window = 1, r.d.window_left = 11;
+        r.d.dtype_q = FCL_DTYPE_BF16, r.d.dtype_o = FCL_DTYPE_F16;
         int32_t *table;
         attention_paged_inputs(&r, lens, &table);
         r.io.sinks = sinks;
