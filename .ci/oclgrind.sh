@@ -6,8 +6,8 @@
 #   1. the simulator as it is: softmax in registers, in local memory, online and split; the
 #      attention tiles of head dims 64 and 128 with their decode kernels, the rows kernel for
 #      256 and 576 (no tile fits 32 KiB), split-KV and the merge kernels;
-#   2. 128 KiB of local memory, where tiles fit every head dim (576 as well) and decoding
-#      takes 256, and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it.
+#   2. 128 KiB of local memory, where tiles and decode kernels fit every head dim (576 as
+#      well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it.
 # Oclgrind's uninitialized-value plugin is left off: it reports float2 literals.
 # usage: oclgrind.sh OCLGRIND TEST_PROGRAM WORK_DIR
 set -eu

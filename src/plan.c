@@ -307,7 +307,7 @@ int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
 
 size_t fcl_attention_decode_keys(size_t dim)
 {
-    return dim > FA_DEC_MAX_D ? 0 : FA_DEC_LWS / (dim / 4) * 4;
+    return dim > FA_DEC_MAX_D ? 0 : FA_DEC_LWS; /* a chunk: one key per work-item */
 }
 
 /* Query heads of one kv head a decode work-group takes together, so that it reads their K

@@ -204,11 +204,11 @@ static void test_attention_tiles(void **state)
     assert_int_equal(fcl_attention_bucket(257, 1), 3);
     assert_int_equal(fcl_attention_bucket(576, 512), 3);
     assert_int_equal(fcl_attention_bucket(577, 1), -1);
-    /* MLA's 576 / 512 on NVIDIA's 48 KiB: 8 x 8 tiles (37.7 KB), no decode kernel (its 144
-     * work-items per key row exceed the group of 128). */
+    /* MLA's 576 / 512 on NVIDIA's 48 KiB: 8 x 8 tiles (37.7 KB), and the decode kernel's
+     * chunks of 128 keys as at every head dim. */
     assert_int_equal(nv.attention_tiles[3].block_q, 8);
     assert_int_equal(nv.attention_tiles[3].block_kv, 8);
-    assert_int_equal(nv.attention_tiles[3].decode_block_kv, 0);
+    assert_int_equal(nv.attention_tiles[3].decode_block_kv, 128);
     /* 4 KiB of local memory holds no tile for head_dim 256: the rows kernel serves it. */
     fcl_device_info tiny = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 1,
                             .max_work_group_size = 256, .local_mem_size = 4096,
@@ -250,12 +250,12 @@ static void test_attention_splits(void **state)
     fcl_device_info nv = nvidia_like();
     fill_attention_tiles(&nv);
     fcl_attention_launch l;
-    /* Decode on the H200: one query per work-group of 128, 16 keys a step; 8 x 32 queries
+    /* Decode on the H200: one query per work-group of 128, 128 keys a chunk; 8 x 32 queries
      * cannot fill 132 units 16 times over: split the keys. */
     fcl_attention_desc d = {.batch = 8, .heads_q = 32, .heads_kv = 32, .len_q = 1,
                             .len_kv = 32768, .head_dim = 128, .head_dim_v = 128};
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
-    assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 16);
+    assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 128);
     assert_int_equal(l.splits, 9); /* 2112 groups wanted / 256 queries, rounded up */
     assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
     d.len_kv = 300; /* a split keeps 256 keys or more */
