@@ -79,7 +79,7 @@
 #define FA_TQ 8                /* tile kernel: work-item rows ... */
 #define FA_TK 8                /* ... and columns: FA_TQ * FA_TK work-items */
 #define FA_DEC_LWS 128         /* decode kernel work-items */
-#define FA_DEC_MAX_D 576       /* largest head dim the decode kernel takes (every bucket) */
+#define FA_DEC_KEYS 128        /* decode kernel: keys per chunk, one per work-item */
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
 #define FA_RQ 16               /* rows kernel: queries per work-item */
 #define FA_MERGE_LWS 64        /* merge kernels work-items */

@@ -22,7 +22,6 @@
 #else
 #define FA_DEC_NAME FCL_CAT(FA_NAME, FCL_PASTE(g, FA_DEC_G)) /* attention_decode_d128_g4 */
 #endif
-#define FA_DEC_KEYS FA_DEC_LWS                  /* keys per chunk: one per work-item */
 #define FA_DEC_C1 8                             /* phase 1: work-items per key */
 #define FA_DEC_K1 (FA_DEC_LWS / FA_DEC_C1)      /* phase 1: keys per pass */
 #define FA_DEC_E1 (FA_D / FA_DEC_C1)            /* phase 1: dims per work-item */
@@ -32,7 +31,7 @@
 #define FA_DEC_C2 (FA_DEC_DV / 4)               /* phase 3: work-items across V's dims */
 #define FA_DEC_R2 (FA_DEC_LWS / FA_DEC_C2)      /* phase 3: keys at once */
 #define FA_DEC_MAX_PARTS 16                     /* phase 2: maxima of 8 scores each */
-#if FA_D % FA_DEC_C1 || FA_DEC_E1 % FA_DEC_E1B || FA_DEC_LWS % FA_DEC_C2 || FA_DEC_MAX_PARTS * 8 != FA_DEC_KEYS
+#if FA_DEC_KEYS != FA_DEC_LWS || FA_D % FA_DEC_C1 || FA_DEC_E1 % FA_DEC_E1B || FA_DEC_LWS % FA_DEC_C2 || FA_DEC_MAX_PARTS * 8 != FA_DEC_KEYS
 #error "the decode kernel's shape does not divide its head dims"
 #endif
 
@@ -295,7 +294,6 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
 }
 
 #undef FA_DEC_NAME
-#undef FA_DEC_KEYS
 #undef FA_DEC_C1
 #undef FA_DEC_K1
 #undef FA_DEC_E1

@@ -175,9 +175,6 @@ int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                             size_t max_accumulators);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
-/* Keys the decode kernel for head dims up to dim takes per chunk; 0 where it is not built
- * for dim (above FA_DEC_MAX_D). */
-size_t fcl_attention_decode_keys(size_t dim);
 
 typedef struct fcl_attention_launch {
     int bucket;

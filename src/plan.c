@@ -305,11 +305,6 @@ int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
     return -1;
 }
 
-size_t fcl_attention_decode_keys(size_t dim)
-{
-    return dim > FA_DEC_MAX_D ? 0 : FA_DEC_LWS; /* a chunk: one key per work-item */
-}
-
 /* Query heads of one kv head a decode work-group takes together, so that it reads their K
  * and V once: the most, up to FA_DEC_HEADS, that divide the GQA group. */
 static size_t decode_heads_step(const fcl_attention_desc *d)

@@ -93,7 +93,7 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
         fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
                  bk, fcl_cl_attention_tile);
-        if (fcl_attention_decode_keys(dim) && decode_built_for(variant))
+        if (decode_built_for(variant))
             /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
@@ -364,8 +364,6 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
         return FCL_SUCCESS;
     }
     fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
-    if (!fcl_attention_decode_keys(tile->max_head_dim))
-        return FCL_SUCCESS;
     /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
      * fit, the tile kernels serve. */
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
@@ -387,7 +385,7 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
             release_kernel(&ctx->attention_decode_groups[b][v]);
         }
     else if (s == FCL_SUCCESS)
-        tile->decode_block_kv = fcl_attention_decode_keys(tile->max_head_dim);
+        tile->decode_block_kv = FA_DEC_KEYS;
     return s;
 }
 

@@ -167,7 +167,7 @@ static void fill_attention_tiles(fcl_device_info *i)
         int c = fcl_plan_attention_tile(i, b, 0, t.attention_accumulators);
         i->attention_tiles[b].max_head_dim = fcl_attention_bucket_dim(b);
         i->attention_tiles[b].decode_block_kv =
-            i->attention_rows_per_item ? 0 : fcl_attention_decode_keys(fcl_attention_bucket_dim(b));
+            i->attention_rows_per_item ? 0 : FA_DEC_KEYS;
         if (c >= 0)
             fcl_attention_tile_shape(c, &i->attention_tiles[b].block_q,
                                      &i->attention_tiles[b].block_kv);
