@@ -230,43 +230,66 @@ FCL_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
 }
 
 
-/* tanh(x) = expm1(2x) / (expm1(2x) + 2), a few ulp like tanh and, on NVIDIA's OpenCL, a
- * tenth of the prefill time cheaper with softcap; |x| > 10 rounds to +-1 (and keeps expm1
- * finite). */
-FCL_INLINE float fa_tanh(float x)
+/* softcap * tanh(x) as cap - 2 cap / (e^2x + 1): an exp2, an add and a division, where
+ * tanh or expm1 take a polynomial and branches (on the H100 the softcap build ran 4-5%
+ * faster for it). Near 0 the result is accurate to a few ulp of cap rather than of itself: a
+ * score error below 1e-6 cap, as the dot product's own rounding. e^2x = inf gives cap,
+ * 0 gives -cap, and NaN stays NaN. */
+FCL_INLINE float fa_softcap(float cap, float x)
 {
-    const float t = expm1(2.0f * clamp(x, -10.0f, 10.0f));
-    return t / (t + 2.0f);
+    return cap - 2.0f * cap / (exp2(x * (2.0f * M_LOG2E_F)) + 1.0f);
+}
+
+/* exp(x - m) for a score x under a row max m that is not -inf (a row whose max is -inf
+ * passes 0, so that its -inf scores give 0, not NaN): exp2 of a scaled difference is the
+ * hardware instruction on GPUs, where exp adds a range reduction (with the tile kernel's
+ * per-tile visibility check, prefill ran 5-7% faster on the H100). x = -inf gives 0 and NaN
+ * stays NaN. */
+FCL_INLINE float fa_exp_under(float x, float m)
+{
+    return exp2((x - m) * M_LOG2E_F);
 }
 
 #define FA_SCORE_MODIFIERS                                                                     \
     (FA_FLAG_SOFTCAP | FA_FLAG_ALIBI | FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)
 
-/* A visible key's score from dot = q_scale * q.k, in the contract's order: softcap, ALiBi,
- * the mask (-inf where a boolean mask hides the key; a -inf mask entry hides it whatever
- * the slope). */
+#define FA_MASKS (FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)
+
+/* ALiBi's |p(i) - j| in 32 bits: below L_q + L_kv <= 2^31 - 1 (the host's limit with ALiBi).
+ * 64-bit arithmetic and conversion here cost NVIDIA's compiler 14 registers and the H100 9%
+ * of the prefill time. */
+FCL_INLINE float fa_alibi_distance(const fa_work *w, ulong qi, ulong kj)
+{
+    return (float)abs((int)((uint)qi + (uint)w->s.pos_offset - (uint)kj));
+}
+
+/* s with the mask entry of (qi, kj) applied: -inf where a boolean mask hides the key; a -inf
+ * entry hides it whatever the slope. Read only where visible (elsewhere it may lie outside
+ * the mask). */
+FCL_INLINE float fa_masked(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
+                           ulong kj, float slope, int visible)
+{
+    if (!visible)
+        return s;
+    const ulong at = w->s.b * p->mask_batch + w->s.h * p->mask_head + qi * p->mask_q + kj;
+    if (p->flags & FA_FLAG_MASK_BOOL)
+        return ((__global const uchar *)io->mask)[at] ? s : -INFINITY;
+    const float add = (p->flags & FA_FLAG_MASK_ADD_F16) ? vload_half(at, (__global const half *)io->mask)
+                                                         : ((__global const float *)io->mask)[at];
+    return s + ((p->flags & FA_FLAG_ALIBI_MASK) && add != -INFINITY ? slope * add : add);
+}
+
+/* A score from dot = q_scale * q.k, in the contract's order: softcap, ALiBi, the mask. */
 FCL_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa_work *w, float s, ulong qi,
-                        ulong kj)
+                        ulong kj, int visible)
 {
     if (p->flags & FA_FLAG_SOFTCAP)
-        s = p->softcap * fa_tanh(s);
+        s = fa_softcap(p->softcap, s);
     const float slope = fa_slope(p, io, &w->s);
-    if (p->flags & FA_FLAG_ALIBI) {
-        /* In 32 bits: |p(i) - j| < L_q + L_kv <= 2^31 - 1 (the host's limit with ALiBi).
-         * 64-bit arithmetic and conversion here cost NVIDIA's compiler 14 registers and the
-         * H100 9% of the prefill time. */
-        const int distance = (int)((uint)qi + (uint)w->s.pos_offset - (uint)kj);
-        s -= slope * (float)abs(distance);
-    }
-    if (p->flags & (FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL)) {
-        const ulong at = w->s.b * p->mask_batch + w->s.h * p->mask_head + qi * p->mask_q + kj;
-        if (p->flags & FA_FLAG_MASK_BOOL)
-            return ((__global const uchar *)io->mask)[at] ? s : -INFINITY;
-        const float add = (p->flags & FA_FLAG_MASK_ADD_F16)
-                              ? vload_half(at, (__global const half *)io->mask)
-                              : ((__global const float *)io->mask)[at];
-        s += (p->flags & FA_FLAG_ALIBI_MASK) && add != -INFINITY ? slope * add : add;
-    }
+    if (p->flags & FA_FLAG_ALIBI)
+        s -= slope * fa_alibi_distance(w, qi, kj);
+    if (p->flags & FA_MASKS)
+        s = fa_masked(p, io, w, s, qi, kj, slope, visible);
     return s;
 }
 
@@ -277,9 +300,10 @@ int fa_hidden(int2 vis, ulong kj) { return (long)kj < vis.x || (long)kj > vis.y;
 FCL_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w, int2 vis, float dot,
                ulong qi, ulong kj)
 {
-    if (fa_hidden(vis, kj))
-        return -INFINITY;
-    return (p->flags & FA_SCORE_MODIFIERS) ? fa_modified_score(p, io, w, dot, qi, kj) : dot;
+    const int visible = !fa_hidden(vis, kj);
+    if (p->flags & FA_SCORE_MODIFIERS)
+        dot = fa_modified_score(p, io, w, dot, qi, kj, visible);
+    return visible ? dot : -INFINITY;
 }
 
 /* The output scale and lse of a row from its final (m, l), the sink joining the

@@ -53,7 +53,7 @@ static const struct device_entry {
      * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
      * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
      * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
-     * at every N. 80 attention accumulators admit 64 x 16 tiles at head_dim 64: 8% faster
+     * at every N. 80 attention accumulators admit 64 x 16 tiles at head_dim 64: 5-8% faster
      * than 64 x 32 (96) on the H100 since v0.2's addressing took NVIDIA's compiler from 168
      * to 248 registers there (4 groups an SM, not 6), and 64 x 32 was 13-19% faster than
      * 32 x 32 on the H200. */
