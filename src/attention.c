@@ -307,8 +307,6 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
     const fcl_attention_given g = FCL_GIVEN_BY(io);
     fcl_status s = fcl_attention_resolve(ctx, desc, &g, &pr);
-    if (s == FCL_SUCCESS)
-        s = plan(ctx, &pr, &l); /* an unsupported shape fails before any allocation */
     if (s != FCL_SUCCESS)
         return s;
     const void *required[] = {io->q, io->k, io->v, io->out};
@@ -319,6 +317,10 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     s = fcl_attention_check_indices(ctx, &pr, io, &total_q, &total_kv);
     if (s == FCL_SUCCESS)
         s = fcl_attention_extents_of(ctx, &pr, total_q, total_kv, &e);
+    /* Planning follows validation, so bad input is named as such on any device; an
+     * unsupported shape still fails before any allocation. */
+    if (s == FCL_SUCCESS)
+        s = plan(ctx, &pr, &l);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_attention_desc *d = &pr.d;

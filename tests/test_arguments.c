@@ -1,5 +1,6 @@
 /* Bad arguments: a clear status, a sentence naming the argument, and nothing written. */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
+#include "internal.h" /* to take the attention paths away from a context */
 #include "support.h"
 
 #include <math.h>
@@ -300,6 +301,38 @@ static void test_device_refusal_leaves_context_usable(void **state)
         assert_float_equal(out[r * 32 + 31] / out[r * 32 + 30], exp(1.0), 1e-5);
 }
 
+/* Validation comes before planning: on a device with no attention path for a shape (as
+ * Mesa's llvmpipe was, with work-groups of at most 32), bad input is still named as bad input
+ * (FCL_ERROR_INVALID_ARGUMENT), and only good input gets FCL_ERROR_UNSUPPORTED. The shared
+ * context's description loses its paths (no tile, rows of 0 keys) for the calls, and gets
+ * them back after. */
+static void test_validation_precedes_planning(void **state)
+{
+    (void)state;
+    const fcl_device_info kept = support_ctx->info;
+    memset(support_ctx->info.attention_tiles, 0, sizeof support_ctx->info.attention_tiles);
+    support_ctx->info.softmax_vector_width = 0;
+    unsigned char m[4] = {1, 1, 1, 1};
+    const fcl_attention_desc ok = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
+    fcl_attention_desc d = ok;
+    d.mask_type = FCL_MASK_BOOL_U8, d.mask_stride_q = 1;
+    reset_buffers();
+    const fcl_status bad = fcl_attention_host(support_ctx, &d, in, in, in, m, out, lse);
+    const char *bad_msg = strstr(fcl_context_last_error(support_ctx), "mask_stride_q (1)");
+    d = ok;
+    const fcl_status bad_null = fcl_attention_host(support_ctx, &d, in, NULL, in, NULL, out, lse);
+    const char *null_msg = strstr(fcl_context_last_error(support_ctx), "k is NULL");
+    const fcl_status good = fcl_attention_host(support_ctx, &d, in, in, in, NULL, out, lse);
+    support_ctx->info = kept;
+    assert_int_equal(bad, FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(bad_msg);
+    assert_int_equal(bad_null, FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(null_msg);
+    assert_int_equal(good, FCL_ERROR_UNSUPPORTED);
+    assert_untouched();
+    assert_int_equal(fcl_attention_host(support_ctx, &d, in, in, in, NULL, out, lse), FCL_SUCCESS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -310,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_bad_device_buffers),
         cmocka_unit_test(test_status_strings_and_devices),
         cmocka_unit_test(test_device_refusal_leaves_context_usable),
+        cmocka_unit_test(test_validation_precedes_planning),
     };
     return cmocka_run_group_tests(tests, support_setup, support_teardown);
 }
