@@ -9,6 +9,7 @@ src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
 seconds=$3
 out=$build/fuzz
+. "$src/.ci/pin-icd.sh"
 mkdir -p "$out/corpus"
 clang-15 -g -O1 -std=c11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -DCL_TARGET_OPENCL_VERSION=120 -I"$src/include" -I"$src/src" -I"$src/cl" "$src"/src/*.c \

@@ -9,6 +9,7 @@ set -eu
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
 asan=$build/sanitize
+. "$src/.ci/pin-icd.sh"
 cmake -S "$src" -B "$asan" -DCMAKE_BUILD_TYPE=Debug -DFLASHCL_SANITIZE=ON > "$asan.configure.log" 2>&1 ||
   { cat "$asan.configure.log"; exit 1; }
 cmake --build "$asan" -j 2 > "$asan.build.log" 2>&1 || { cat "$asan.build.log"; exit 1; }

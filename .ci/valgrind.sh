@@ -21,6 +21,7 @@ build=$(cd "$2" && pwd)
 valgrind=$3
 preload=$4
 work=$build/valgrind
+. "$src/.ci/pin-icd.sh"
 rm -rf "$work"
 mkdir -p "$work/pocl-cache" "$work/program-cache"
 export POCL_CACHE_DIR="$work/pocl-cache" FLASHCL_CACHE_DIR="$work/program-cache"

@@ -329,6 +329,21 @@ static size_t attention_splits(const fcl_attention_desc *d, size_t work, size_t 
     return splits ? splits : 1;
 }
 
+/* Split-KV's partial results take rows * splits * (head_dim_v + 2) floats, sized by the
+ * capacities (len_q of every sequence) whatever the sequences hold: splits are cut so that
+ * they stay within a quarter of the largest allocation the device allows (one split needs
+ * none). */
+static size_t scratch_bounded_splits(const fcl_device_info *info, const fcl_attention_desc *d,
+                                     size_t splits)
+{
+    const cl_ulong per_split = (cl_ulong)d->batch * d->heads_q * d->len_q * (d->head_dim_v + 2) *
+                               sizeof(float);
+    const cl_ulong cap = info->max_alloc_size / 4;
+    if (splits > 1 && info->max_alloc_size && per_split && (cl_ulong)splits > cap / per_split)
+        splits = cap / per_split > 1 ? (size_t)(cap / per_split) : 1;
+    return splits;
+}
+
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch)
 {
@@ -357,7 +372,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
                    : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
     size_t min_tiles = decode ? ceil_div(FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT, bk)
                               : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
-    size_t splits = attention_splits(d, work, fill, kv_tiles, min_tiles);
+    size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
 
     launch->bucket = bucket;

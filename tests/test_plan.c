@@ -258,6 +258,17 @@ static void test_attention_splits(void **state)
     assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 128);
     assert_int_equal(l.splits, 9); /* 2112 groups wanted / 256 queries, rounded up */
     assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
+    /* The partials (256 rows of 130 floats a split) stay within a quarter of the largest
+     * allocation: 3 splits fit in 4 x 3 splits' bytes, and none beside the output in less. */
+    const size_t per_split = 8 * 32 * 130 * sizeof(float);
+    fcl_device_info small = nv;
+    small.max_alloc_size = 4 * 3 * per_split + 4 * per_split / 2;
+    assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 3);
+    assert_true(l.split_len * l.splits >= d.len_kv);
+    small.max_alloc_size = 4 * per_split;
+    assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 1);
     d.len_kv = 300; /* a split keeps 256 keys or more */
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 1);

@@ -2,7 +2,9 @@
  * kernel measured in the same run.
  *
  * Each case is timed by event profiling, from a marker enqueued just before the call to
- * the call's done event, so multi-kernel plans (SPLIT, split-KV) count whole. The first
+ * the call's done event, so multi-kernel plans (SPLIT, split-KV) count whole. Where the
+ * driver's timestamps are unusable (Mesa's llvmpipe reports them constant), the host clock
+ * around the enqueue and the wait times the calls instead, and the output says so. The first
  * `warmup` calls are discarded and the median of `reps` is reported. Inputs rotate over
  * enough buffer sets to exceed the device's global-memory cache, so no call finds its
  * input cached by the previous one.
@@ -119,6 +121,8 @@ typedef struct bench {
     double copy_kernel_gbs; /* the copy kernel alone */
     fcl_attention_io aux;   /* the case's index, slope and sink buffers (q..lse unused) */
     cl_mem softmax_mask;    /* a softmax case's mask */
+    int host_clock;         /* profiling timestamps proved unusable: time by the host clock */
+    char why[320];          /* why the last case failed */
 } bench;
 
 /* One float4 per work-item and no loop: GPUs coalesce it, and CPU drivers such as POCL
@@ -135,12 +139,25 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The device time between two events' ends; 0 where the driver cannot say: no profiling
+ * information, or timestamps that advance by less than a microsecond over a kernel, which no
+ * device runs that fast (Mesa's llvmpipe counts 1 per event instead of keeping time). */
 static double event_ms(cl_event from, cl_event to)
 {
     cl_ulong t0 = 0, t1 = 0;
-    clGetEventProfilingInfo(from, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL);
-    clGetEventProfilingInfo(to, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL);
+    if (clGetEventProfilingInfo(from, CL_PROFILING_COMMAND_END, sizeof t0, &t0, NULL) != CL_SUCCESS ||
+        clGetEventProfilingInfo(to, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) != CL_SUCCESS ||
+        t1 < t0 + 1000)
+        return 0.0;
     return (double)(t1 - t0) * 1e-6;
+}
+
+/* Records why the case failed, for the line that reports it. */
+static int failed_because(bench *b, const char *what, const char *detail)
+{
+    snprintf(b->why, sizeof b->why, "%s%s%s", what, detail && *detail ? ": " : "",
+             detail ? detail : "");
+    return 0;
 }
 
 /* Buffer sets to rotate through so that together they exceed the cache twice over. */
@@ -171,33 +188,50 @@ static cl_mem filled_buffer(bench *b, size_t bytes, cl_int *err)
     return m;
 }
 
-/* Times `calls` of one enqueueing function over rotating buffer sets; returns the median. */
+/* Times `calls` of one enqueueing function over rotating buffer sets; returns the median.
+ * Each call is timed on the device and by the host clock; the first call whose device time
+ * is unusable switches the bench to the host clock for good. */
 typedef fcl_status (*enqueue_fn)(bench *b, const bench_case *c, cl_mem *set, cl_event *done);
 
 static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_sets,
                          size_t per_set, enqueue_fn fn, int *ok)
 {
     int total = b->warmup + b->reps;
-    double *ms = calloc((size_t)b->reps, sizeof(double));
+    double *device_ms = calloc((size_t)b->reps, sizeof(double));
+    double *host_ms = calloc((size_t)b->reps, sizeof(double));
     double median = 0.0;
-    *ok = ms != NULL;
+    *ok = device_ms && host_ms ? 1 : failed_because(b, "out of host memory", NULL);
     for (int r = 0; r < total && *ok; r++) {
         cl_event before = NULL, done = NULL;
-        *ok = clEnqueueMarkerWithWaitList(b->queue, 0, NULL, &before) == CL_SUCCESS &&
-              fn(b, c, sets + (size_t)r % n_sets * per_set, &done) == FCL_SUCCESS &&
-              clWaitForEvents(1, &done) == CL_SUCCESS;
-        if (*ok && r >= b->warmup)
-            ms[r - b->warmup] = event_ms(before, done);
+        const double start = chk_seconds();
+        if (clEnqueueMarkerWithWaitList(b->queue, 0, NULL, &before) != CL_SUCCESS)
+            *ok = failed_because(b, "clEnqueueMarkerWithWaitList failed", NULL);
+        else if (fn(b, c, sets + (size_t)r % n_sets * per_set, &done) != FCL_SUCCESS)
+            *ok = failed_because(b, "the call failed", fcl_context_last_error(b->ctx));
+        else if (clWaitForEvents(1, &done) != CL_SUCCESS)
+            *ok = failed_because(b, "the call's event reported an error", NULL);
+        if (*ok && r >= b->warmup) {
+            host_ms[r - b->warmup] = (chk_seconds() - start) * 1e3;
+            device_ms[r - b->warmup] = event_ms(before, done);
+        }
         if (before)
             clReleaseEvent(before);
         if (done)
             clReleaseEvent(done);
     }
+    for (int r = 0; *ok && !b->host_clock && r < b->reps; r++)
+        if (device_ms[r] <= 0.0) {
+            b->host_clock = 1;
+            fprintf(stderr, "\rflashcl-bench: the device's profiling timestamps do not keep "
+                            "time; timing by the host clock from here on\n");
+        }
     if (*ok) {
+        double *ms = b->host_clock ? host_ms : device_ms;
         qsort(ms, (size_t)b->reps, sizeof(double), cmp_double);
         median = ms[b->reps / 2];
     }
-    free(ms);
+    free(device_ms);
+    free(host_ms);
     return median;
 }
 
@@ -378,11 +412,13 @@ static double measure_copy(bench *b, size_t bytes, int *ok, double *kernel_gbs)
     *ok = sets != NULL;
     for (size_t i = 0; *ok && i < 2 * n_sets; i++)
         sets[i] = filled_buffer(b, c.rows * 16, &err);
-    *ok = *ok && err == CL_SUCCESS;
+    *ok = *ok && err == CL_SUCCESS ? 1 : failed_because(b, "allocating the copy's buffers failed", NULL);
     if (*ok)
         kernel_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_copy, ok);
     if (*ok)
         driver_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_driver_copy, ok);
+    if (!*ok)
+        failed_because(b, "the copy measured for reference failed", NULL);
     for (size_t i = 0; sets && i < 2 * n_sets; i++)
         if (sets[i])
             clReleaseMemObject(sets[i]);
@@ -427,10 +463,10 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         const fcl_softmax_desc d = softmax_desc(c);
         fcl_softmax_algo algo = FCL_SOFTMAX_AUTO;
         if (fcl_softmax_plan(b->ctx, &d, &algo) != FCL_SUCCESS)
-            return 0;
+            return failed_because(b, "no plan", fcl_context_last_error(b->ctx));
         if (!make_softmax_aux(b, c)) {
             release_aux(b);
-            return 0;
+            return failed_because(b, "allocating the mask, sink and slope buffers failed", NULL);
         }
         snprintf(res->plan, sizeof res->plan, "%s", fcl_softmax_algo_name(algo));
         bytes[0] = bytes[1] = c->rows * c->cols * esz;
@@ -441,7 +477,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         fcl_attention_desc d = attention_desc(c);
         fcl_attention_plan_info p;
         if (fcl_attention_plan(b->ctx, &d, &p) != FCL_SUCCESS)
-            return 0;
+            return failed_because(b, "no plan", fcl_context_last_error(b->ctx));
         snprintf(res->plan, sizeof res->plan, "%s %zux%zu splits %zu",
                  fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
         /* Every sequence's tokens (len on average with varlen), the cache's pages. */
@@ -461,7 +497,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         fn = enqueue_attention;
         if (!make_aux(b, c)) {
             release_aux(b);
-            return 0;
+            return failed_because(b, "allocating the index, sink and slope buffers failed", NULL);
         }
     }
     int ok = 1;
@@ -473,7 +509,11 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     ok = ok && sets;
     for (size_t i = 0; ok && i < n_sets * n_bufs; i++)
         sets[i] = filled_buffer(b, bytes[i % n_bufs], &err);
-    ok = ok && err == CL_SUCCESS;
+    if (ok && err != CL_SUCCESS) {
+        char detail[64];
+        snprintf(detail, sizeof detail, "OpenCL error %d", (int)err);
+        ok = failed_because(b, "allocating the input and output buffers failed", detail);
+    }
     if (ok)
         res->ms = time_calls(b, c, sets, n_sets, n_bufs, fn, &ok);
     for (size_t i = 0; sets && i < n_sets * n_bufs; i++)
@@ -481,7 +521,9 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
             clReleaseMemObject(sets[i]);
     free(sets);
     release_aux(b);
-    if (!ok || res->ms <= 0)
+    if (ok && res->ms <= 0)
+        ok = failed_because(b, "the host clock did not advance over the call", NULL);
+    if (!ok)
         return 0;
     res->bytes = useful;
     res->gbs = useful / (res->ms * 1e6);
@@ -627,16 +669,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r[%zu/%zu] %-60s", i + 1, n, name); /* progress */
         fflush(stderr);
         if (!run_case(&b, &cases[i], &r)) {
-            fprintf(stderr, "\rflashcl-bench: %s failed: %s\n", name, fcl_context_last_error(b.ctx));
+            fprintf(stderr, "\rflashcl-bench: %s failed: %s\n", name, b.why);
             failures++;
             continue;
         }
         if (json)
             printf("%s  {\"case\": \"%s\", \"plan\": \"%s\", \"ms\": %.4f, \"gbs\": %.2f, "
                    "\"copy_gbs\": %.2f, \"copy_kernel_gbs\": %.2f, \"copy_pct\": %.1f, "
-                   "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f}",
+                   "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"clock\": \"%s\"}",
                    i ? ",\n" : "", name, r.plan, r.ms, r.gbs, b.copy_gbs, b.copy_kernel_gbs,
-                   r.copy_pct, r.tflops, r.bytes, r.flops);
+                   r.copy_pct, r.tflops, r.bytes, r.flops, b.host_clock ? "host" : "device");
         else if (csv)
             printf("%s,%s,%.4f,%.2f,%.2f,%.2f,%.1f,%.4f\n", name, r.plan, r.ms, r.gbs, b.copy_gbs,
                    b.copy_kernel_gbs, r.copy_pct, r.tflops);
