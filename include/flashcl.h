@@ -130,6 +130,10 @@ typedef struct fcl_device_info {
      * program binaries safely (POCL 4 and later abort in clGetProgramInfo(BINARIES) for
      * flashcl's program; POCL keeps its own cache of compiled programs). */
     int program_cache_usable;
+    /* The most loop iterations the driver lets one work-item make in all, where it stops
+     * them early (Mesa's llvmpipe: 65535), measured at context creation by a counting
+     * kernel; 0 where no limit showed. The planner keeps every work-item's loops within it. */
+    cl_uint loop_iteration_cap;
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);

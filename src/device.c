@@ -255,3 +255,30 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
         info->max_work_group_size = 1;
     return FCL_SUCCESS;
 }
+
+/* Iterations fcl_loop_probe counts to: twice llvmpipe's cap, a millisecond or two on a GPU. */
+#define FCL_LOOP_PROBE_COUNT (1u << 17)
+
+fcl_status fcl_measure_loop_cap(fcl_context *ctx)
+{
+    const cl_uint n = FCL_LOOP_PROBE_COUNT;
+    cl_uint words[2] = {1, 0}; /* ones[0] = 1; the count comes back in ones[1] */
+    const size_t one = 1;
+    cl_int err;
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof words,
+                                words, &err);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(ctx->loop_probe, 0, sizeof buf, &buf);
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(ctx->loop_probe, 1, sizeof n, &n);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(ctx->queue, ctx->loop_probe, 1, NULL, &one, &one, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof words, words, 0, NULL, NULL);
+    if (buf)
+        clReleaseMemObject(buf);
+    if (err != CL_SUCCESS)
+        return fcl_fail_cl(ctx, err, "running the loop-iteration probe (fcl_loop_probe)");
+    ctx->info.loop_iteration_cap = words[1] < n ? words[1] : 0;
+    return FCL_SUCCESS;
+}

@@ -218,6 +218,55 @@ static size_t split_slices(const fcl_device_info *info, const fcl_softmax_desc *
     return slices ? slices : 1;
 }
 
+/* Loop iterations one work-item makes over one row (or SPLIT slice): up to three passes
+ * (max, sum, write) of a vector an iteration, a quarter more for the streaming loops'
+ * batches, and the short loops (tails, reductions, the merge over the slices). */
+#define FCL_SHORT_LOOPS (64 + FCL_SPLIT_MAX_SLICES)
+static size_t row_iterations(const fcl_device_info *info, const fcl_softmax_launch *l)
+{
+    size_t lanes = l->per_item ? 1 : l->lanes ? l->lanes : l->work_group_size;
+    return 4 * ceil_div(l->slice_cols, lanes * info->softmax_vector_width) + FCL_SHORT_LOOPS;
+}
+
+/* Where the driver stops a work-item's loops after cap iterations in all (Mesa's llvmpipe:
+ * 65535), every work-item stays within it: ONLINE gives a row a work-group instead of one
+ * work-item, rows too long for that are cut into SPLIT slices, and enough work-groups run
+ * that none takes more rows than the cap allows. A forced FUSED or ONLINE whose rows no
+ * work-group can take within the cap is unsupported (AUTO and SPLIT serve them). */
+static fcl_status fit_loop_cap(const fcl_device_info *info, const fcl_softmax_desc *d,
+                               fcl_softmax_launch *l)
+{
+    const size_t cap = info->loop_iteration_cap, lws = info->softmax_work_group_size;
+    if (!cap)
+        return FCL_SUCCESS;
+    if (cap <= FCL_SHORT_LOOPS + 4)
+        return FCL_ERROR_UNSUPPORTED;
+    if (l->per_item && row_iterations(info, l) > cap) {
+        l->per_item = 0;
+        l->work_group_size = lws;
+    }
+    if (row_iterations(info, l) > cap) {
+        if (d->algo != FCL_SOFTMAX_AUTO && d->algo != FCL_SOFTMAX_SPLIT)
+            return FCL_ERROR_UNSUPPORTED;
+        size_t slice_max = (cap - FCL_SHORT_LOOPS) / 4 * lws * info->softmax_vector_width;
+        size_t slices = ceil_div(d->cols, slice_max);
+        if (slices > FCL_SPLIT_MAX_SLICES)
+            return FCL_ERROR_UNSUPPORTED;
+        l->algo = FCL_SOFTMAX_SPLIT;
+        l->lanes = 0;
+        l->work_group_size = lws;
+        l->slice_cols = ceil_div(d->cols, slices);
+        l->slices = ceil_div(d->cols, l->slice_cols);
+    }
+    /* Rows (or slices) a work-group takes at once, and so how many it may take in all. */
+    size_t units = d->rows * l->slices, per_pass = l->lanes ? lws / l->lanes : 1;
+    size_t passes = cap / row_iterations(info, l);
+    size_t groups = ceil_div(units, per_pass * passes);
+    if (groups > l->groups)
+        l->groups = min_size(groups, ceil_div(units, per_pass));
+    return FCL_SUCCESS;
+}
+
 fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc *d,
                             fcl_softmax_launch *launch)
 {
@@ -255,7 +304,7 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     launch->per_item = algo == FCL_SOFTMAX_ONLINE && info->softmax_rows_per_item;
     if (launch->per_item)
         launch->work_group_size = 1; /* softmax_rows: groups of one work-item, one row each */
-    return FCL_SUCCESS;
+    return fit_loop_cap(info, d, launch);
 }
 
 /* ---- attention ---- */

@@ -270,6 +270,7 @@ void fcl_release_kernels(fcl_context *ctx)
             release_kernel(&ctx->attention_decode_groups[b][v]);
     release_kernel(&ctx->attention_merge_splits);
     release_kernel(&ctx->attention_merge_parts);
+    release_kernel(&ctx->loop_probe);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
@@ -412,6 +413,8 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         s = create_kernel(ctx, "attention_merge_splits", &ctx->attention_merge_splits, &wg, &local);
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, "attention_merge_parts", &ctx->attention_merge_parts, &wg, &local);
+    if (s == FCL_SUCCESS)
+        s = create_kernel(ctx, "fcl_loop_probe", &ctx->loop_probe, &wg, &local);
     return s;
 }
 

@@ -124,6 +124,20 @@ void run_softmax_case(const softmax_case *c, float *got_out)
                           .heads = c->heads, .head_rows = c->head_rows,
                           .mask_rows = c->mask_rows, .mask_dtype = mask_dtype,
                           .alibi_from_mask = c->alibi};
+    /* A forced algorithm the device cannot run is refused for the device's own reason (FUSED
+     * on rows longer than its local memory holds; FUSED or ONLINE on rows no work-group takes
+     * within the driver's loop-iteration cap), and nothing else is: limits come from the
+     * device, never assumed. */
+    fcl_softmax_algo planned;
+    if (c->algo != FCL_SOFTMAX_AUTO && c->algo != FCL_SOFTMAX_SPLIT &&
+        fcl_softmax_plan(support_ctx, &d, &planned) == FCL_ERROR_UNSUPPORTED) {
+        if (!(c->algo == FCL_SOFTMAX_FUSED && c->cols > support_info.softmax_fused_max_cols) &&
+            !support_info.loop_iteration_cap)
+            fail_msg("%s refused %zux%zu: %s", fcl_softmax_algo_name(c->algo), c->rows, c->cols,
+                     fcl_context_last_error(support_ctx));
+        assert_null(got_out); /* callers comparing algorithms choose shapes every one runs */
+        return;
+    }
 
     void *in = malloc(in_n * esz), *in_copy = malloc(in_n * esz);
     void *out = c->in_place ? in : malloc(out_n * esz);

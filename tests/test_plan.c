@@ -144,6 +144,46 @@ static void test_pocl_like(void **state)
     assert_false(plan_of(&nv, 4096, 65536, 0).per_item);
 }
 
+/* Mesa's llvmpipe: a CPU device whose driver stops a work-item's loops after 65535
+ * iterations in all. Every softmax plan keeps each work-item within that: its rows (or
+ * slices) times the iterations of one, counted as the planner's rule does (up to three passes
+ * of a vector an iteration, a quarter more for batching, and 64 + 1024 for the short loops). */
+static void test_loop_iteration_cap(void **state)
+{
+    (void)state;
+    fcl_device_info i = {.type = CL_DEVICE_TYPE_CPU, .compute_units = 8, .max_work_group_size = 1024,
+                         .local_mem_size = 32768, .local_mem_is_global = 1,
+                         .preferred_vector_width_float = 1, .loop_iteration_cap = 65535};
+    i = built(i, 32);
+    const size_t shapes[][2] = {{8, 200001}, {65536, 1024}, {16, 1048576}, {1, 4194304},
+                                {4096, 65536}, {1, 1000}, {3, 100000}, {1000, 4097}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int algo = FCL_SOFTMAX_AUTO; algo <= FCL_SOFTMAX_SPLIT; algo++) {
+            fcl_softmax_desc d = {.rows = shapes[s][0], .cols = shapes[s][1],
+                                  .in_stride = shapes[s][1], .out_stride = shapes[s][1],
+                                  .algo = (fcl_softmax_algo)algo};
+            fcl_softmax_launch l;
+            fcl_status st = fcl_plan_softmax(&i, &d, &l);
+            if (algo == FCL_SOFTMAX_AUTO || algo == FCL_SOFTMAX_SPLIT)
+                assert_int_equal(st, FCL_SUCCESS); /* a path always exists */
+            if (st != FCL_SUCCESS)
+                continue;
+            size_t lanes = l.per_item ? 1 : l.lanes ? l.lanes : l.work_group_size;
+            size_t per_slice = 4 * ((l.slice_cols + lanes * 4 - 1) / (lanes * 4)) + 64 + 1024;
+            size_t per_pass = l.lanes ? l.work_group_size / l.lanes : 1;
+            size_t units = d.rows * l.slices, passes = (units + per_pass * l.groups - 1) / (per_pass * l.groups);
+            if (passes * per_slice > 65535)
+                fail_msg("%zu x %zu algo %d: %zu passes of %zu iterations", d.rows, d.cols, algo,
+                         passes, per_slice);
+            assert_true(l.slices * l.slice_cols >= d.cols);
+        }
+    /* Without a cap, the one-work-item rows stay. */
+    i.loop_iteration_cap = 0;
+    assert_true(plan_of(&i, 8, 200001, 0).per_item);
+    i.loop_iteration_cap = 65535;
+    assert_false(plan_of(&i, 8, 200001, 0).per_item);
+}
+
 static void test_forced_choices(void **state)
 {
     (void)state;
@@ -337,7 +377,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nvidia_like),   cmocka_unit_test(test_amd_like),
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
-        cmocka_unit_test(test_forced_choices),
+        cmocka_unit_test(test_forced_choices), cmocka_unit_test(test_loop_iteration_cap),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
         cmocka_unit_test(test_tuning),
     };

@@ -206,9 +206,9 @@ static void test_sinks_special_values(void **state)
 static void test_forced_algorithms_agree(void **state)
 {
     (void)state;
-    /* Long enough to split, short enough for FUSED in 40 KiB of local memory (any GPU). */
-    const size_t rows = 6, cols = 9973;
-    assert_true(cols <= support_info.softmax_fused_max_cols);
+    /* Long enough to split, short enough for FUSED in this device's local memory. */
+    const size_t rows = 6;
+    const size_t cols = support_info.softmax_fused_max_cols < 9973 ? support_info.softmax_fused_max_cols : 9973;
     float *results[3];
     for (int a = 0; a < 3; a++) {
         results[a] = malloc(rows * cols * sizeof(float));

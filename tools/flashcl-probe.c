@@ -81,6 +81,9 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
            i->kernel_work_group_size);
     printf("  float vector width  %u; fp16 %s, fp64 %s\n", i->preferred_vector_width_float,
            i->has_fp16 ? "yes" : "no", i->has_fp64 ? "yes" : "no");
+    if (i->loop_iteration_cap)
+        printf("  loop iterations     at most %u per work-item in all (the driver stops loops "
+               "there): every plan keeps within it\n", i->loop_iteration_cap);
     printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
            i->program_from_cache ? "loaded from the program cache"
            : i->program_cache_usable ? "compiled from source"
