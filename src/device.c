@@ -268,7 +268,7 @@ fcl_status fcl_measure_loop_cap(fcl_context *ctx)
     cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof words,
                                 words, &err);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(ctx->loop_probe, 0, sizeof buf, &buf);
+        err = clSetKernelArg(ctx->loop_probe, 0, sizeof(cl_mem), &buf);
     if (err == CL_SUCCESS)
         err = clSetKernelArg(ctx->loop_probe, 1, sizeof n, &n);
     if (err == CL_SUCCESS)
