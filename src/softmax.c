@@ -127,13 +127,23 @@ static fcl_status check_features(fcl_context *ctx, const softmax_shape *sh, int 
 
 static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_launch *launch)
 {
-    if (fcl_plan_softmax(&ctx->info, &sh->d, launch) != FCL_SUCCESS)
+    if (fcl_plan_softmax(&ctx->info, &sh->d, launch) == FCL_SUCCESS)
+        return FCL_SUCCESS;
+    /* The limit that ruled the plan out: local memory, else the driver's loop cap. */
+    if (sh->d.algo == FCL_SOFTMAX_FUSED && sh->d.cols > ctx->info.softmax_fused_max_cols)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                         "algo FCL_SOFTMAX_FUSED needs cols (%zu) <= %zu, the longest row that "
                         "fits the %llu bytes of local memory of this device",
                         sh->d.cols, ctx->info.softmax_fused_max_cols,
                         (unsigned long long)ctx->info.local_mem_size);
-    return FCL_SUCCESS;
+    return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
+                    "algo %s on rows of %zu columns takes more loop iterations per work-item than "
+                    "the %u this driver allows (loop_iteration_cap)%s",
+                    fcl_softmax_algo_name(sh->d.algo), sh->d.cols,
+                    (unsigned)ctx->info.loop_iteration_cap,
+                    sh->d.algo == FCL_SOFTMAX_AUTO || sh->d.algo == FCL_SOFTMAX_SPLIT
+                        ? ", even in 1024 slices"
+                        : "; FCL_SOFTMAX_AUTO and FCL_SOFTMAX_SPLIT serve them");
 }
 
 fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo)

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -333,6 +334,47 @@ static void test_validation_precedes_planning(void **state)
     assert_int_equal(fcl_attention_host(support_ctx, &d, in, in, in, NULL, out, lse), FCL_SUCCESS);
 }
 
+/* A driver's loop-iteration cap (llvmpipe's, made small here on a copy of the shared
+ * context's description): a forced ONLINE whose rows no work-group takes within it is refused
+ * naming the cap, and AUTO slices the same rows (SPLIT) and computes them right. */
+static void test_loop_cap_is_planned_around(void **state)
+{
+    (void)state;
+    const size_t rows = 2, cols = 100000;
+    float *x = malloc(rows * cols * sizeof(float)), *y = malloc(rows * cols * sizeof(float));
+    assert_true(x && y);
+    for (size_t i = 0; i < rows * cols; i++)
+        x[i] = (float)(i % 7) * 0.5f;
+    const fcl_device_info kept = support_ctx->info;
+    support_ctx->info.loop_iteration_cap = 2000;
+    fcl_softmax_desc d = {.rows = rows, .cols = cols, .algo = FCL_SOFTMAX_ONLINE};
+    const fcl_status forced = fcl_softmax_host(support_ctx, &d, x, NULL, y, NULL);
+    const char *forced_msg = strstr(fcl_context_last_error(support_ctx), "the 2000 this driver allows");
+    fcl_softmax_algo planned = FCL_SOFTMAX_AUTO;
+    d.algo = FCL_SOFTMAX_AUTO;
+    const fcl_status auto_plan = fcl_softmax_plan(support_ctx, &d, &planned);
+    const fcl_status auto_run = fcl_softmax_host(support_ctx, &d, x, NULL, y, NULL);
+    support_ctx->info = kept;
+    assert_int_equal(forced, FCL_ERROR_UNSUPPORTED);
+    assert_non_null(forced_msg);
+    assert_int_equal(auto_plan, FCL_SUCCESS);
+    assert_int_equal(planned, FCL_SOFTMAX_SPLIT);
+    assert_int_equal(auto_run, FCL_SUCCESS);
+    /* Each row's probabilities sum to 1, and row 0's entry 6 is the float64 value. */
+    for (size_t r = 0; r < rows; r++) {
+        double sum = 0.0;
+        for (size_t j = 0; j < cols; j++)
+            sum += y[r * cols + j];
+        assert_float_equal(sum, 1.0, 1e-4);
+    }
+    double z = 0.0; /* row 0's partition function, for one exact entry */
+    for (size_t j = 0; j < cols; j++)
+        z += exp((double)x[j]);
+    assert_float_equal(y[6], exp((double)x[6]) / z, 1e-6 * exp((double)x[6]) / z);
+    free(x);
+    free(y);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -344,6 +386,7 @@ int main(void)
         cmocka_unit_test(test_status_strings_and_devices),
         cmocka_unit_test(test_device_refusal_leaves_context_usable),
         cmocka_unit_test(test_validation_precedes_planning),
+        cmocka_unit_test(test_loop_cap_is_planned_around),
     };
     return cmocka_run_group_tests(tests, support_setup, support_teardown);
 }
