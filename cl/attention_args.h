@@ -82,7 +82,7 @@
 #define FA_DEC_KEYS 128        /* decode kernel: keys per chunk, one per work-item */
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
 #define FA_RQ 16               /* rows kernel: queries per work-item */
-#define FA_MERGE_LWS 64        /* merge kernels work-items */
+#define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */
 
 #endif /* FLASHCL_ATTENTION_ARGS_H */

@@ -205,7 +205,7 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
         err = set_attention_args(ctx->attention_merge_splits, b, &p);
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
-            err = launch(ctx, ctx->attention_merge_splits, merge_groups(ctx, rows), FA_MERGE_LWS,
+            err = launch(ctx, ctx->attention_merge_splits, merge_groups(ctx, rows), ctx->merge_work_group,
                          1, &first, done);
     }
     if (first)
@@ -430,7 +430,7 @@ static cl_int merge_step(fcl_context *ctx, cl_mem a_out, cl_mem a_lse, cl_mem b_
     for (cl_uint i = 0; i < sizeof sizes / sizeof sizes[0] && err == CL_SUCCESS; i++)
         err = clSetKernelArg(k, i, sizes[i], args[i]);
     if (err == CL_SUCCESS)
-        err = launch(ctx, k, merge_groups(ctx, rows), FA_MERGE_LWS, n_wait, wait, done);
+        err = launch(ctx, k, merge_groups(ctx, rows), ctx->merge_work_group, n_wait, wait, done);
     return err;
 }
 

@@ -47,6 +47,7 @@ struct fcl_context {
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
+    size_t merge_work_group; /* FA_MERGE_LWS, or fewer where the merge kernels allow fewer */
     cl_kernel loop_probe; /* fcl_loop_probe: the driver's loop-iteration cap, at creation */
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */

@@ -409,10 +409,17 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
                               &wg, &local);
         }
     }
+    /* The merge kernels run with any work-group size: the largest up to FA_MERGE_LWS that
+     * both allow. */
+    ctx->merge_work_group = FA_MERGE_LWS;
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, "attention_merge_splits", &ctx->attention_merge_splits, &wg, &local);
+    if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
+        ctx->merge_work_group = wg ? wg : 1;
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, "attention_merge_parts", &ctx->attention_merge_parts, &wg, &local);
+    if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
+        ctx->merge_work_group = wg ? wg : 1;
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, "fcl_loop_probe", &ctx->loop_probe, &wg, &local);
     return s;

@@ -334,13 +334,16 @@ static void test_validation_precedes_planning(void **state)
     assert_int_equal(fcl_attention_host(support_ctx, &d, in, in, in, NULL, out, lse), FCL_SUCCESS);
 }
 
-/* A driver's loop-iteration cap (llvmpipe's, made small here on a copy of the shared
- * context's description): a forced ONLINE whose rows no work-group takes within it is refused
- * naming the cap, and AUTO slices the same rows (SPLIT) and computes them right. */
+/* A driver's loop-iteration cap (llvmpipe's, made small here in the shared context's
+ * description for the calls): a forced ONLINE whose rows no work-group takes within it is
+ * refused naming the cap, and AUTO slices the same rows (SPLIT) and computes them right. */
 static void test_loop_cap_is_planned_around(void **state)
 {
     (void)state;
-    const size_t rows = 2, cols = 100000;
+    /* Rows a work-group takes in 4 x 501 vector steps: over the cap of 2000 for ONLINE, in
+     * three slices for SPLIT (the planner's rule: 4 iterations a step, 1088 for short loops). */
+    const size_t rows = 2;
+    const size_t cols = 501 * support_info.softmax_work_group_size * support_info.softmax_vector_width;
     float *x = malloc(rows * cols * sizeof(float)), *y = malloc(rows * cols * sizeof(float));
     assert_true(x && y);
     for (size_t i = 0; i < rows * cols; i++)
