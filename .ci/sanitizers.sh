@@ -21,6 +21,7 @@ export ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_
 export LSAN_OPTIONS="suppressions=$src/.ci/lsan.supp:print_suppressions=0"
 # The offline AMD compile, static analysis and packaging checks do not run flashcl's code;
 # Oclgrind preloads its own OpenCL runtime, which ASan (first in the preload list) forbids;
-# the fuzz test builds its own sanitized binary.
-ctest --test-dir "$asan" -j 2 --output-on-failure -E "amd_offline_check|static_analysis|package|fuzz|oclgrind"
+# the fuzz test builds its own sanitized binary; the *_rusticl runs need the loader this
+# script pins to POCL (and they run the same code as the POCL runs checked here).
+ctest --test-dir "$asan" -j 2 --output-on-failure -E "amd_offline_check|static_analysis|package|fuzz|oclgrind|_rusticl"
 echo "ASan + UBSan: clean"
