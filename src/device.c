@@ -265,18 +265,23 @@ fcl_status fcl_measure_loop_cap(fcl_context *ctx)
     cl_uint words[2] = {1, 0}; /* ones[0] = 1; the count comes back in ones[1] */
     const size_t one = 1;
     cl_int err;
-    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof words,
-                                words, &err);
+    cl_mem buf = NULL;
+    cl_kernel probe = clCreateKernel(ctx->program, "fcl_loop_probe", &err);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(ctx->loop_probe, 0, sizeof(cl_mem), &buf);
+        buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof words,
+                             words, &err);
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(ctx->loop_probe, 1, sizeof n, &n);
+        err = clSetKernelArg(probe, 0, sizeof(cl_mem), &buf);
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(ctx->queue, ctx->loop_probe, 1, NULL, &one, &one, 0, NULL, NULL);
+        err = clSetKernelArg(probe, 1, sizeof n, &n);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(ctx->queue, probe, 1, NULL, &one, &one, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof words, words, 0, NULL, NULL);
     if (buf)
         clReleaseMemObject(buf);
+    if (probe)
+        clReleaseKernel(probe);
     if (err != CL_SUCCESS)
         return fcl_fail_cl(ctx, err, "running the loop-iteration probe (fcl_loop_probe)");
     ctx->info.loop_iteration_cap = words[1] < n ? words[1] : 0;

@@ -48,7 +48,6 @@ struct fcl_context {
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
     size_t merge_work_group; /* FA_MERGE_LWS, or fewer where the merge kernels allow fewer */
-    cl_kernel loop_probe; /* fcl_loop_probe: the driver's loop-iteration cap, at creation */
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
     pthread_mutex_t error_lock; /* last_error: written and copied out under it */
@@ -90,8 +89,8 @@ cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);
 /* Fills the device fields of info (not the per-kernel and plan fields). */
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_info *info);
-/* Runs fcl_loop_probe once (ctx's kernels built) and records the driver's loop-iteration
- * cap in ctx->info.loop_iteration_cap. */
+/* Runs fcl_loop_probe (from ctx's program) once and records the driver's loop-iteration cap
+ * in ctx->info.loop_iteration_cap. */
 fcl_status fcl_measure_loop_cap(fcl_context *ctx);
 
 /* ---- program.c ---- */

@@ -270,7 +270,6 @@ void fcl_release_kernels(fcl_context *ctx)
             release_kernel(&ctx->attention_decode_groups[b][v]);
     release_kernel(&ctx->attention_merge_splits);
     release_kernel(&ctx->attention_merge_parts);
-    release_kernel(&ctx->loop_probe);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
@@ -411,17 +410,14 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
     }
     /* The merge kernels run with any work-group size: the largest up to FA_MERGE_LWS that
      * both allow. */
+    const char *merge_names[] = {"attention_merge_splits", "attention_merge_parts"};
+    cl_kernel *merges[] = {&ctx->attention_merge_splits, &ctx->attention_merge_parts};
     ctx->merge_work_group = FA_MERGE_LWS;
-    if (s == FCL_SUCCESS)
-        s = create_kernel(ctx, "attention_merge_splits", &ctx->attention_merge_splits, &wg, &local);
-    if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
-        ctx->merge_work_group = wg ? wg : 1;
-    if (s == FCL_SUCCESS)
-        s = create_kernel(ctx, "attention_merge_parts", &ctx->attention_merge_parts, &wg, &local);
-    if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
-        ctx->merge_work_group = wg ? wg : 1;
-    if (s == FCL_SUCCESS)
-        s = create_kernel(ctx, "fcl_loop_probe", &ctx->loop_probe, &wg, &local);
+    for (int i = 0; i < 2 && s == FCL_SUCCESS; i++) {
+        s = create_kernel(ctx, merge_names[i], merges[i], &wg, &local);
+        if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
+            ctx->merge_work_group = wg ? wg : 1;
+    }
     return s;
 }
 

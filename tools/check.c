@@ -90,6 +90,11 @@ double chk_seconds(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
+double chk_profiled_ms(cl_ulong start, cl_ulong end)
+{
+    return end < start + 1000 ? 0.0 : (double)(end - start) * 1e-6;
+}
+
 chk_rng chk_rng_seeded(uint64_t seed)
 {
     chk_rng r = {seed ? seed : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull};

@@ -21,6 +21,10 @@ void chk_store(void *buf, fcl_dtype t, size_t i, float v);
 
 /* Monotonic wall-clock seconds. */
 double chk_seconds(void);
+/* Milliseconds between two profiling timestamps (ns); 0 where they do not keep time: they
+ * advance by less than a microsecond over a kernel, which no device runs that fast (Mesa's
+ * llvmpipe counts 1 per event). Callers then time by chk_seconds. */
+double chk_profiled_ms(cl_ulong start, cl_ulong end);
 
 /* ---- random numbers (xorshift64*, seeded per test so failures reproduce) ---- */
 typedef struct chk_rng {
