@@ -76,12 +76,9 @@
      FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK | FA_FLAG_SINKS)
 
 /* Launch shapes the kernels are written for (the host plans with the same numbers). */
-#define FA_TQ 8                /* tile kernel: work-item rows ... */
-#define FA_TK 8                /* ... and columns: FA_TQ * FA_TK work-items */
 #define FA_DEC_LWS 128         /* decode kernel work-items */
 #define FA_DEC_KEYS 128        /* decode kernel: keys per chunk, one per work-item */
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
-#define FA_RQ 16               /* rows kernel: queries per work-item */
 #define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */
 

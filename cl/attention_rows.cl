@@ -1,5 +1,5 @@
-/* Attention as one block of queries per work-item, compiled per head-dim bucket (FA_NAME,
- * FA_D); needs attention_common.cl. For devices whose local memory is ordinary memory (CPU
+/* Attention as one block of FA_RQ queries per work-item, compiled per head-dim bucket
+ * (FA_NAME, FA_D, FA_RQ); needs attention_common.cl. For devices whose local memory is ordinary memory (CPU
  * drivers such as POCL run a work-group as a loop and pay for every barrier per work-item),
  * and the fallback for a bucket whose tile does not fit a device. No barrier and no local
  * memory: a work-item takes FA_RQ queries of one (batch, head, split) and walks the keys

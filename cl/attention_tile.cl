@@ -4,6 +4,8 @@
  *   FA_D     largest head_dim and head_dim_v of the bucket
  *   FA_BQ    queries per tile (a multiple of FA_TQ)
  *   FA_BK    keys per tile (a multiple of FA_TK)
+ *   FA_TQ    work-item rows of a work-group (8, or 4 where the driver allows fewer than 64)
+ *   FA_TK    work-item columns: FA_TQ x FA_TK work-items
  * Needs attention_common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows
  * of one (batch, head): the scaled Q tile stays in local memory, K and V tiles stream
  * through one local buffer, scores live in registers and one local tile, and each row keeps

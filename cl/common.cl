@@ -267,15 +267,3 @@ void fcl_store_any(__global void *p, uint dtype, ulong i, float v)
     else
         fcl_store_f32((__global float *)p, i, v);
 }
-
-/* How many loop iterations a work-item may make in all: counts to n through a value the
- * compiler cannot know (ones[0] is 1), so the loop runs rather than folds. A driver that
- * stops a work-item's loops early (Mesa's llvmpipe ends them after 65535 iterations in
- * total: gallivm's loop limiter) writes less than n. Run once at context creation. */
-__kernel void fcl_loop_probe(__global uint *ones, uint n)
-{
-    uint count = 0;
-    for (uint i = 0; i < n; i++)
-        count += ones[0];
-    ones[1] = count;
-}

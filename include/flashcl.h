@@ -109,19 +109,24 @@ typedef struct fcl_device_info {
      * memory, so holding a row in it saves nothing over re-reading the row from the cache,
      * while barriers are costly. */
     int softmax_rows_per_item;
-    /* 1: attention runs a block of 16 queries per work-item, without barriers (the same
+    /* 1: attention runs a block of queries per work-item, without barriers (the same
      * devices), instead of the tiles below. */
     int attention_rows_per_item;
-    /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256, 576);
-     * block_q 0 where the device cannot hold even the smallest tile: that bucket then runs
-     * a block of queries per work-item (FCL_ATTENTION_PATH_ROWS), which needs no local
-     * memory. */
+    /* Attention tiles per head-dim bucket (head_dim and head_dim_v up to 64, 128, 256, 576):
+     * block_q x block_kv scores a work-group of work_group_size work-items (64, or 32 or 16
+     * where the driver allows fewer). block_q 0 where no tile fits the device (rows_because
+     * says which limit: local memory, work-group size or registers) or where the device
+     * prefers it: that bucket then runs a block of rows_block_q queries per work-item
+     * (FCL_ATTENTION_PATH_ROWS), which needs no local memory and groups of one. */
     struct fcl_attention_tile {
-        size_t max_head_dim, block_q, block_kv;
+        size_t max_head_dim, block_q, block_kv, work_group_size;
+        size_t rows_block_q;     /* the rows kernel's queries per work-item (16; fewer under
+                                    a loop cap) */
         cl_ulong local_mem_size; /* what the compiled kernel uses */
         /* len_q up to 4 (decoding): one query per work-group, decode_block_kv keys per
          * step; 0 where that kernel is not built (CPUs: the query blocks above serve). */
         size_t decode_block_kv;
+        char rows_because[128];
     } attention_tiles[4];
     char tuning[96];                 /* where the parameters came from (device table entry,
                                         FLASHCL_TUNE) */
@@ -134,6 +139,10 @@ typedef struct fcl_device_info {
      * them early (Mesa's llvmpipe: 65535), measured at context creation by a counting
      * kernel; 0 where no limit showed. The planner keeps every work-item's loops within it. */
     cl_uint loop_iteration_cap;
+    /* Bytes of local memory the driver counts per byte a kernel declares, measured on the
+     * same kernel (Mesa's rusticl 22.3: 2; 1 elsewhere). Tiles are planned within
+     * local_mem_size / local_mem_scale, so that the built kernels fit as reported. */
+    cl_uint local_mem_scale;
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);
@@ -276,7 +285,9 @@ typedef struct fcl_attention_desc {
     fcl_layout layout;                  /* default strides of q, k, v and out */
     fcl_dtype dtype_q, dtype_kv, dtype_o; /* storage types; arithmetic is float32 */
     /* Key splits (split-KV, flash-decoding): 0 = AUTO (split when the query tiles alone
-     * cannot fill the device), 1 = never, N = N splits (at most one per key tile, <= 256). */
+     * cannot fill the device), 1 = never, N = N splits (at most one per key tile, <= 256).
+     * Where the driver caps a work-item's loop iterations (loop_iteration_cap), more splits
+     * than asked where a split would need more than the cap. */
     size_t kv_splits;
 
     /* ---- v0.2: an inference engine's own buffers (all zero: as above) ---- */

@@ -16,8 +16,8 @@ static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_at
 {
     if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
-                        "no attention kernel for head dims (%zu, %zu) was built for this device",
-                        pr->d.head_dim, pr->d.head_dim_v);
+                        "attention with head dims (%zu, %zu), len_kv %zu on this device: %s",
+                        pr->d.head_dim, pr->d.head_dim_v, pr->d.len_kv, l->refusal);
     return FCL_SUCCESS;
 }
 
@@ -152,11 +152,12 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
-/* Work-groups for the merge kernels: one row each, at most 32 per compute unit. */
-static size_t merge_groups(const fcl_context *ctx, size_t rows)
+/* Loop iterations a merge work-item makes per row: attention_merge.cl's loops over the
+ * splits and its share of the row's columns. */
+static size_t merge_row_iterations(const fcl_context *ctx, size_t splits, size_t dim)
 {
-    size_t most = (size_t)ctx->info.compute_units * 32;
-    return rows < most ? rows : most;
+    size_t columns = (dim + ctx->merge_work_group - 1) / ctx->merge_work_group;
+    return 3 * splits + columns * (1 + splits) + 4;
 }
 
 /* Enqueues the attention kernel, and with split-KV the merge; the caller holds ctx->lock. */
@@ -205,7 +206,10 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
         err = set_attention_args(ctx->attention_merge_splits, b, &p);
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
-            err = launch(ctx, ctx->attention_merge_splits, merge_groups(ctx, rows), ctx->merge_work_group,
+            err = launch(ctx, ctx->attention_merge_splits,
+                         fcl_plan_merge_groups(&ctx->info, rows,
+                                               merge_row_iterations(ctx, l->splits, d->head_dim_v)),
+                         ctx->merge_work_group,
                          1, &first, done);
     }
     if (first)
@@ -430,7 +434,8 @@ static cl_int merge_step(fcl_context *ctx, cl_mem a_out, cl_mem a_lse, cl_mem b_
     for (cl_uint i = 0; i < sizeof sizes / sizeof sizes[0] && err == CL_SUCCESS; i++)
         err = clSetKernelArg(k, i, sizes[i], args[i]);
     if (err == CL_SUCCESS)
-        err = launch(ctx, k, merge_groups(ctx, rows), ctx->merge_work_group, n_wait, wait, done);
+        err = launch(ctx, k, fcl_plan_merge_groups(&ctx->info, rows, merge_row_iterations(ctx, 1, dim)),
+                     ctx->merge_work_group, n_wait, wait, done);
     return err;
 }
 

@@ -11,9 +11,9 @@ static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opt
 {
     fcl_status s = fcl_probe_device(ctx->device, &ctx->info);
     if (s == FCL_SUCCESS)
-        s = fcl_build_kernels(ctx, opts ? opts->cache_dir : NULL);
+        s = fcl_probe_kernels(ctx);
     if (s == FCL_SUCCESS)
-        s = fcl_measure_loop_cap(ctx);
+        s = fcl_build_kernels(ctx, opts ? opts->cache_dir : NULL);
     if (s != FCL_SUCCESS) {
         if (ctx->last_error[0])
             fcl_record_failure(NULL, "%s", ctx->last_error);

@@ -258,18 +258,19 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 
 /* Iterations fcl_loop_probe counts to: twice llvmpipe's cap, a millisecond or two on a GPU. */
 #define FCL_LOOP_PROBE_COUNT (1u << 17)
+#define FCL_PROBE_LOCAL 1024 /* bytes of local memory it declares (cl/probe.cl) */
 
-fcl_status fcl_measure_loop_cap(fcl_context *ctx)
+extern const char fcl_cl_probe[]; /* cl/probe.cl, embedded at build time */
+
+/* Runs the built probe kernel once: how far it counts is the loop-iteration cap. */
+static cl_int run_loop_probe(fcl_context *ctx, cl_kernel probe)
 {
     const cl_uint n = FCL_LOOP_PROBE_COUNT;
     cl_uint words[2] = {1, 0}; /* ones[0] = 1; the count comes back in ones[1] */
     const size_t one = 1;
     cl_int err;
-    cl_mem buf = NULL;
-    cl_kernel probe = clCreateKernel(ctx->program, "fcl_loop_probe", &err);
-    if (err == CL_SUCCESS)
-        buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof words,
-                             words, &err);
+    cl_mem buf = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
+                                sizeof words, words, &err);
     if (err == CL_SUCCESS)
         err = clSetKernelArg(probe, 0, sizeof(cl_mem), &buf);
     if (err == CL_SUCCESS)
@@ -280,10 +281,52 @@ fcl_status fcl_measure_loop_cap(fcl_context *ctx)
         err = clEnqueueReadBuffer(ctx->queue, buf, CL_TRUE, 0, sizeof words, words, 0, NULL, NULL);
     if (buf)
         clReleaseMemObject(buf);
+    if (err == CL_SUCCESS)
+        ctx->info.loop_iteration_cap = words[1] < n ? words[1] : 0;
+    return err;
+}
+
+fcl_status fcl_probe_kernels(fcl_context *ctx)
+{
+    const char *source = fcl_cl_probe;
+    const char *step = "clCreateProgramWithSource";
+    cl_int err;
+    cl_kernel probe = NULL;
+    size_t wg = 0;
+    cl_ulong local = 0;
+    /* Built from source every time: the driver's own cache (POCL's, NVIDIA's) keeps it, and
+     * llvmpipe builds it in milliseconds. */
+    cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
+    if (err == CL_SUCCESS) {
+        step = "clBuildProgram";
+        err = clBuildProgram(program, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+    }
+    if (err == CL_SUCCESS) {
+        step = "clCreateKernel";
+        probe = clCreateKernel(program, "fcl_loop_probe", &err);
+    }
+    if (err == CL_SUCCESS) {
+        step = "clGetKernelWorkGroupInfo";
+        err = clGetKernelWorkGroupInfo(probe, ctx->device, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg,
+                                       &wg, NULL);
+    }
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(probe, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local,
+                                       &local, NULL);
+    if (err == CL_SUCCESS) {
+        step = "running it";
+        err = run_loop_probe(ctx, probe);
+    }
     if (probe)
         clReleaseKernel(probe);
+    if (program)
+        clReleaseProgram(program);
     if (err != CL_SUCCESS)
-        return fcl_fail_cl(ctx, err, "running the loop-iteration probe (fcl_loop_probe)");
-    ctx->info.loop_iteration_cap = words[1] < n ? words[1] : 0;
+        return fcl_fail_cl(ctx, err, "the device probe's kernel (cl/probe.cl): %s", step);
+    /* The plan starts within these; the built kernels then say what each of them allows and
+     * uses. */
+    if (wg && wg < ctx->info.max_work_group_size)
+        ctx->info.kernel_work_group_size = wg;
+    ctx->info.local_mem_scale = local > FCL_PROBE_LOCAL ? (cl_uint)((local + FCL_PROBE_LOCAL - 1) / FCL_PROBE_LOCAL) : 1;
     return FCL_SUCCESS;
 }

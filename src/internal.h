@@ -17,7 +17,6 @@
 #define FCL_ATTENTION_BUCKETS 4 /* head_dim (and head_dim_v) up to 64, 128, 256, 576 */
 #define FCL_ATTENTION_MAX_HEAD_DIM 576
 #define FCL_ATTENTION_MAX_HEAD_DIM_V 512
-#define FCL_ATTENTION_WORK_GROUP ((size_t)FA_TQ * FA_TK)
 #define FCL_ATTENTION_DECODE_MAX_Q 4 /* longest len_q the decode kernel takes */
 /* The feature sets the attention kernels are compiled for (attention_args.h), smallest
  * first: kernel names end in "", "_mod" and "_all". The decode kernel has no _mod build and
@@ -89,9 +88,9 @@ cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);
 /* Fills the device fields of info (not the per-kernel and plan fields). */
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_info *info);
-/* Runs fcl_loop_probe (from ctx's program) once and records the driver's loop-iteration cap
- * in ctx->info.loop_iteration_cap. */
-fcl_status fcl_measure_loop_cap(fcl_context *ctx);
+/* Builds and runs the probe kernel (cl/probe.cl) before the kernels are planned: records the
+ * driver's loop-iteration cap and its work-group limit for a light kernel in ctx->info. */
+fcl_status fcl_probe_kernels(fcl_context *ctx);
 
 /* ---- program.c ---- */
 /* Builds (or loads from the cache) the kernels for ctx->device; fills ctx->program,
@@ -137,11 +136,14 @@ typedef struct fcl_tuning {
     size_t softmax_block_lanes; /* ... and at least this many work-items per row */
     int softmax_rows;          /* ONLINE as one work-item per row (no barriers) */
     int attention_rows;        /* attention as a block of queries per work-item */
+    size_t attention_group;    /* most work-items of a tile work-group (16, 32, 64); 0: as
+                                  many as the kernels allow */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
- * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_tile=BQxBK)
+ * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64,
+ * attention_tile=BQxBK)
  * applied; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
@@ -173,10 +175,21 @@ size_t fcl_attention_bucket_dim(int bucket);
 /* The bucket whose kernels handle max(head_dim, head_dim_v), or -1 above 576. */
 int fcl_attention_bucket(size_t head_dim, size_t head_dim_v);
 void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
-/* The first candidate from `first` on with at most max_accumulators per work-item and whose
- * estimated local memory fits the device; -1 when none does. */
-int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
-                            size_t max_accumulators);
+/* The candidate index of a tile shape; -1 when it is none. */
+int fcl_attention_tile_candidate(size_t block_q, size_t block_kv);
+/* FA_RQ, the rows kernel's queries per work-item for a bucket: fewer than 16 only where a
+ * loop cap needs it. */
+size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vector_width);
+/* FA_TQ, the work-item rows of a tile work-group of work_group_size (0: no such group). */
+size_t fcl_attention_tile_items_q(size_t work_group_size);
+/* Plans one bucket's tile kernel into *tile (max_head_dim, block_q, block_kv,
+ * work_group_size): the largest work-group up to work_group_limit with a candidate, from
+ * `first` on, whose local memory fits the device and whose accumulators per work-item stay
+ * within max_accumulators; the first such candidate. Where none does, block_q is 0 (the rows
+ * kernel serves) and rows_because names the limit that ruled the tiles out. */
+void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
+                             size_t max_accumulators, size_t work_group_limit,
+                             struct fcl_attention_tile *tile);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
@@ -186,10 +199,12 @@ typedef struct fcl_attention_launch {
     size_t block_q, block_kv;
     size_t q_tiles;   /* per (batch, head) */
     size_t heads_step; /* query heads a work-group takes together (decode: GQA groups) */
+    size_t work;      /* steps (query blocks of every batch and head) per key split */
     size_t splits;    /* key splits; 1: the kernel writes the output itself */
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
+    const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
 } fcl_attention_launch;
 
 /* The kernel, tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled
@@ -197,6 +212,15 @@ typedef struct fcl_attention_launch {
  * local memory nor a large work-group). */
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
+
+/* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
+ * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which
+ * is not modelled (the planner does not pick it under a cap). */
+size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l);
+/* Work-groups for a merge kernel over rows (one row a group at a time, row_iterations loop
+ * iterations a work-item per row): at most 32 per compute unit, more where the driver's
+ * loop cap needs them. */
+size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t row_iterations);
 
 /* ---- attention_desc.c: validating and resolving a descriptor ---- */
 /* The attention kernels' scalar arguments (cl/attention_args.h). */

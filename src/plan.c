@@ -14,9 +14,10 @@
 #define FCL_SPLIT_MAX_SLICES 1024
 
 static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256, 576};
-/* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. */
+/* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. 4 x 8 only
+ * for groups of 4 rows of work-items (MLA's head dims in 32 KiB of local memory). */
 static const size_t tile_candidates[][2] = {{64, 32}, {64, 16}, {32, 32}, {16, 32}, {16, 16},
-                                            {8, 16}, {8, 8}};
+                                            {8, 16}, {8, 8}, {4, 8}};
 #define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 static size_t floor_pow2(size_t x)
 {
@@ -82,12 +83,8 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
     if (strcmp(key, "attention_tile") == 0) {
         if (sscanf(value, "%zux%zu%c", &bq, &bk, &tail) != 2)
             return 0;
-        for (int c = 0; c < N_TILE_CANDIDATES; c++)
-            if (tile_candidates[c][0] == bq && tile_candidates[c][1] == bk) {
-                t->attention_tile = c;
-                return 1;
-            }
-        return 0;
+        t->attention_tile = fcl_attention_tile_candidate(bq, bk);
+        return t->attention_tile >= 0;
     }
     if (sscanf(value, "%zu%c", &v, &tail) != 1)
         return 0;
@@ -109,6 +106,10 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
     }
     if (strcmp(key, "softmax_rows") == 0 && v <= 1) {
         t->softmax_rows = (int)v;
+        return 1;
+    }
+    if (strcmp(key, "attention_group") == 0 && (v == 16 || v == 32 || v == 64)) {
+        t->attention_group = v;
         return 1;
     }
     if (strcmp(key, "attention_rows") == 0 && v <= 1) {
@@ -136,8 +137,11 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     t->softmax_block_lanes = e->block_lanes;
     t->attention_accumulators = e->attention_accumulators;
     t->attention_tile = -1;
+    t->attention_group = 0;
     t->softmax_rows = info->local_mem_is_global;
-    t->attention_rows = info->local_mem_is_global;
+    /* The rows kernel loops some hundred times per key against the tile kernel's few (see
+     * loop_iterations): where the driver caps a work-item's loops, tiles serve. */
+    t->attention_rows = info->local_mem_is_global && !info->loop_iteration_cap;
     /* Oclgrind 21.10 (the simulator CI checks the kernels with) cannot run the
      * llvm.experimental.noalias.scope.decl that forced inlining of struct-returning helpers
      * leaves; it needs no speed. */
@@ -162,8 +166,9 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1> or attention_tile=<one of 64x32, 64x16, "
-                            "32x32, 16x32, 16x16, 8x16, 8x8>, separated by commas",
+                            "attention_rows=<0 or 1>, attention_group=<16, 32 or 64> or "
+                            "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 16x16, 8x16, 8x8, "
+                            "4x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
     return FCL_SUCCESS;
@@ -340,18 +345,81 @@ size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv)
                             block_q * (block_kv + 1) + block_q * 9);
 }
 
-int fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
-                            size_t max_accumulators)
+int fcl_attention_tile_candidate(size_t block_q, size_t block_kv)
 {
-    size_t dim = bucket_dims[bucket];
-    for (int c = first; c < N_TILE_CANDIDATES; c++) {
-        size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
-        size_t accumulators = (bq / 8) * ceil_div(dim, 8) + (bq / 8) * (bk / 8);
-        if (accumulators <= max_accumulators &&
-            fcl_attention_local_bytes(dim, bq, bk) <= info->local_mem_size)
+    for (int c = 0; c < N_TILE_CANDIDATES; c++)
+        if (tile_candidates[c][0] == block_q && tile_candidates[c][1] == block_kv)
             return c;
-    }
     return -1;
+}
+
+/* Work-items of a tile work-group, rows x columns (FA_TQ x FA_TK), largest first: 64 where
+ * the kernels allow it, fewer where the driver allows fewer (Mesa's llvmpipe: 32). */
+static const size_t tile_shapes[][2] = {{8, 8}, {4, 8}, {4, 4}};
+#define N_TILE_SHAPES (int)(sizeof tile_shapes / sizeof tile_shapes[0])
+
+size_t fcl_attention_tile_items_q(size_t work_group_size)
+{
+    for (int i = 0; i < N_TILE_SHAPES; i++)
+        if (tile_shapes[i][0] * tile_shapes[i][1] == work_group_size)
+            return tile_shapes[i][0];
+    return 0;
+}
+
+/* Local memory of a tile as the driver counts it (local_mem_scale: rusticl counts double). */
+static size_t tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk)
+{
+    return fcl_attention_local_bytes(dim, bq, bk) * (info->local_mem_scale ? info->local_mem_scale : 1);
+}
+
+/* Float accumulators a work-item of a tq x tk group keeps: its output and score blocks. */
+static size_t tile_accumulators(size_t dim, size_t bq, size_t bk, size_t tq, size_t tk)
+{
+    return (bq / tq) * ceil_div(dim, tk) + (bq / tq) * (bk / tk);
+}
+
+void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
+                             size_t max_accumulators, size_t work_group_limit,
+                             struct fcl_attention_tile *tile)
+{
+    const size_t dim = bucket_dims[bucket];
+    int shapes_fit = 0, local_fits = 0;
+    memset(tile, 0, sizeof *tile);
+    tile->max_head_dim = dim;
+    for (int shape = 0; shape < N_TILE_SHAPES; shape++) {
+        const size_t tq = tile_shapes[shape][0], tk = tile_shapes[shape][1];
+        if (tq * tk > work_group_limit)
+            continue;
+        shapes_fit = 1;
+        for (int c = first; c < N_TILE_CANDIDATES; c++) {
+            size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
+            if (bq % tq || bk % tk || tile_local_bytes(info, dim, bq, bk) > info->local_mem_size)
+                continue;
+            local_fits = 1;
+            if (tile_accumulators(dim, bq, bk, tq, tk) <= max_accumulators) {
+                tile->block_q = bq;
+                tile->block_kv = bk;
+                tile->work_group_size = tq * tk;
+                return;
+            }
+        }
+    }
+    const size_t bq = tile_candidates[N_TILE_CANDIDATES - 1][0];
+    const size_t bk = tile_candidates[N_TILE_CANDIDATES - 1][1];
+    const size_t fewest = tile_shapes[N_TILE_SHAPES - 1][0] * tile_shapes[N_TILE_SHAPES - 1][1];
+    if (!shapes_fit)
+        snprintf(tile->rows_because, sizeof tile->rows_because,
+                 "the kernels allow %zu work-items a group, a tile needs %zu or more",
+                 work_group_limit, fewest);
+    else if (!local_fits)
+        snprintf(tile->rows_because, sizeof tile->rows_because,
+                 "the smallest tile (%zu x %zu) needs %zu bytes of local memory, the device has %llu",
+                 bq, bk, tile_local_bytes(info, dim, bq, bk),
+                 (unsigned long long)info->local_mem_size);
+    else
+        snprintf(tile->rows_because, sizeof tile->rows_because,
+                 "the tiles that fit the local memory need over %zu accumulators a work-item",
+                 max_accumulators);
 }
 
 /* Query heads of one kv head a decode work-group takes together, so that it reads their K
@@ -393,25 +461,107 @@ static size_t scratch_bounded_splits(const fcl_device_info *info, const fcl_atte
     return splits;
 }
 
+/* Loop iterations one work-item of a path makes per step (a block of queries: loading,
+ * setting up, writing out) and per key, counting every loop of attention_tile.cl or
+ * attention_rows.cl as if the compiler unrolled none. For drivers that cap a work-item's
+ * loop iterations (loop_iteration_cap); the test suite runs these kernels on one. */
+typedef struct loop_cost {
+    size_t per_step, per_key_block, keys_per_block;
+} loop_cost;
+
+static loop_cost tile_loop_cost(size_t dim, size_t bq, size_t bk, size_t group)
+{
+    const size_t items_q = fcl_attention_tile_items_q(group);
+    const size_t tq = items_q ? items_q : 1, tk = group / tq ? group / tq : 1;
+    const size_t sq = bq / tq, sk = bk / tk, sd = ceil_div(dim, tk);
+    const size_t block = sq * (1 + sk); /* one pass over the score block */
+    /* fa_load_typed: batches of 8 loads and 8 stores over rows x dim elements */
+    const size_t load_q = 17 * ceil_div(bq * dim, 8 * group), load_kv = 17 * ceil_div(bk * dim, 8 * group);
+    loop_cost c;
+    c.per_step = load_q + sq * (2 + sd) + sq * (2 + tk + sd) + 1;
+    c.per_key_block = 1 + 2 * load_kv + (dim / 4) * (1 + sq + sk + block) + 7 * block +
+                      sq * (2 + tk + sk + sd) + bk * (1 + sd + sq * (1 + sd));
+    c.keys_per_block = bk;
+    return c;
+}
+
+static loop_cost rows_loop_cost(size_t dim, size_t vec, size_t rq)
+{
+    const size_t rv = ceil_div(dim, vec);
+    loop_cost c;
+    c.per_step = rq * (4 * dim + 2 * rv + 4) + 1;
+    c.per_key_block = vec * (3 * dim + rv + 1) + rq * (dim + 2 * vec + rv * (1 + vec) + 4) + 1;
+    c.keys_per_block = vec;
+    return c;
+}
+
+/* The rows kernel's queries per work-item: 16, or under a loop cap the most (a power of two)
+ * with which its key splits still take FCL_ROWS_KEYS_UNDER_CAP keys in all (a step loads
+ * each query's row, and each key block loops over every query). */
+#define FCL_ROWS_BLOCK_Q 16
+#define FCL_ROWS_KEYS_UNDER_CAP 4096
+size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vector_width)
+{
+    const size_t cap = info->loop_iteration_cap;
+    size_t rq = FCL_ROWS_BLOCK_Q;
+    for (; cap && rq > 1; rq /= 2) {
+        loop_cost c = rows_loop_cost(bucket_dims[bucket], vector_width, rq);
+        if (c.per_step + c.per_key_block <= cap &&
+            (cap - c.per_step) / c.per_key_block * c.keys_per_block * FA_MAX_SPLITS >=
+                FCL_ROWS_KEYS_UNDER_CAP)
+            break;
+    }
+    return rq;
+}
+
+/* Where the driver caps a work-item's loop iterations: key splits short enough that one
+ * step stays within the cap (NULL where even a step of one key block does not fit), and
+ * work-groups enough that no work-item takes more steps than the cap allows. */
+static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size_t kv_tiles,
+                                  size_t work, size_t *splits, size_t *groups)
+{
+    const size_t cap = info->loop_iteration_cap;
+    if (!cap)
+        return 1;
+    if (c.per_step + c.per_key_block > cap)
+        return 0;
+    size_t blocks_per_split = (cap - c.per_step) / c.per_key_block;
+    size_t fewest = ceil_div(kv_tiles, blocks_per_split);
+    if (fewest > FA_MAX_SPLITS)
+        return 0;
+    if (*splits < fewest)
+        *splits = fewest;
+    size_t step = c.per_step + ceil_div(kv_tiles, *splits) * c.per_key_block;
+    size_t steps = work * *splits, per_item = cap / step;
+    if (*groups < ceil_div(steps, per_item))
+        *groups = ceil_div(steps, per_item);
+    return 1;
+}
+
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch)
 {
     int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
+    launch->refusal = "no attention kernel takes head dims above 576";
     if (bucket < 0)
         return FCL_ERROR_UNSUPPORTED;
     const struct fcl_attention_tile *tile = &info->attention_tiles[bucket];
-    /* The rows kernel serves where the device prefers it and where no tile fits. */
+    /* The rows kernel serves where the device prefers it and where no tile fits; the decode
+     * kernel where it was built, except under a loop cap (the tile kernel's loops are
+     * modelled, the decode kernel's are not). */
     fcl_attention_path path = info->attention_rows_per_item || tile->block_q == 0
                                   ? FCL_ATTENTION_PATH_ROWS
-                              : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q
+                              : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q &&
+                                        !info->loop_iteration_cap
                                   ? FCL_ATTENTION_PATH_DECODE
                                   : FCL_ATTENTION_PATH_TILE;
     int decode = path == FCL_ATTENTION_PATH_DECODE;
-    size_t bq = path == FCL_ATTENTION_PATH_ROWS ? FA_RQ : decode ? 1 : tile->block_q;
+    size_t bq = path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q : decode ? 1 : tile->block_q;
     size_t bk = path == FCL_ATTENTION_PATH_ROWS ? info->softmax_vector_width
                 : decode                        ? tile->decode_block_kv
                                                 : tile->block_kv;
-    if (bk == 0)
+    launch->refusal = "the kernels for this device were not built";
+    if (bq == 0 || bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t heads_step = decode ? decode_heads_step(d) : 1;
@@ -423,6 +573,16 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
                               : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
     size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
+    size_t groups = 0;
+    size_t dim = fcl_attention_bucket_dim(bucket);
+    loop_cost cost = path == FCL_ATTENTION_PATH_ROWS
+                         ? rows_loop_cost(dim, info->softmax_vector_width, bq)
+                         : tile_loop_cost(dim, bq, bk, tile->work_group_size);
+    launch->refusal = "its steps need more loop iterations than the driver allows a work-item "
+                      "(loop_iteration_cap), even in the most key splits";
+    if (!fit_attention_loop_cap(info, cost, kv_tiles, work, &splits, &groups))
+        return FCL_ERROR_UNSUPPORTED;
+    launch->refusal = NULL;
 
     launch->bucket = bucket;
     launch->path = path;
@@ -430,13 +590,40 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
     launch->heads_step = heads_step;
+    launch->work = work;
     /* len_kv >= 1 and 1 <= splits <= kv_tiles, so a split has at least one tile. */
     size_t tiles_per_split = ceil_div(kv_tiles, splits);
     launch->split_len = tiles_per_split * bk;
     launch->splits = ceil_div(kv_tiles, tiles_per_split); /* no empty split */
-    launch->groups = min_size(work * launch->splits, max_groups ? max_groups : 1);
+    if (groups < max_groups)
+        groups = max_groups ? max_groups : 1;
+    launch->groups = min_size(work * launch->splits, groups);
     launch->work_group_size = path == FCL_ATTENTION_PATH_ROWS     ? 1
                               : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
-                                                                  : FCL_ATTENTION_WORK_GROUP;
+                                                                  : tile->work_group_size;
     return FCL_SUCCESS;
+}
+
+size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l)
+{
+    const size_t dim = fcl_attention_bucket_dim(l->bucket);
+    if (l->path == FCL_ATTENTION_PATH_DECODE)
+        return 0; /* not modelled: under a loop cap the planner does not pick it */
+    const loop_cost c = l->path == FCL_ATTENTION_PATH_ROWS
+                            ? rows_loop_cost(dim, info->softmax_vector_width, l->block_q)
+                            : tile_loop_cost(dim, l->block_q, l->block_kv, l->work_group_size);
+    const size_t steps = ceil_div(l->work * l->splits, l->groups);
+    return steps * (c.per_step + l->split_len / l->block_kv * c.per_key_block);
+}
+
+size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t row_iterations)
+{
+    size_t groups = min_size(rows, (size_t)info->compute_units * FCL_GROUPS_PER_CU);
+    const size_t cap = info->loop_iteration_cap;
+    if (cap && row_iterations) {
+        size_t rows_per_item = cap / row_iterations ? cap / row_iterations : 1;
+        if (groups < ceil_div(rows, rows_per_item))
+            groups = ceil_div(rows, rows_per_item);
+    }
+    return groups ? groups : 1;
 }

@@ -32,9 +32,9 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
 typedef struct kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
     int force_inline;
-    /* Per head-dim bucket, the tile candidate; -1: the rows kernel (a block of queries per
-     * work-item) serves that bucket. */
-    int tile[FCL_ATTENTION_BUCKETS];
+    /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
+     * the rows kernel (a block of queries per work-item) serves that bucket. */
+    struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
 } kernel_plan;
 
 /* ---- growing string ---- */
@@ -86,19 +86,22 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
     size_t dim = fcl_attention_bucket_dim(b);
     text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim,
              fcl_attention_variant_suffix(variant), dim, fcl_attention_variant_features(variant));
-    if (plan->tile[b] < 0) {
-        text_add(t, "#line 1 \"attention_rows.cl\"\n%s\n", fcl_cl_attention_rows);
+    const struct fcl_attention_tile *tile = &plan->tile[b];
+    if (!tile->block_q) {
+        text_add(t, "#define FA_RQ %zu\n#line 1 \"attention_rows.cl\"\n%s\n#undef FA_RQ\n",
+                 tile->rows_block_q, fcl_cl_attention_rows);
     } else {
-        size_t bq, bk;
-        fcl_attention_tile_shape(plan->tile[b], &bq, &bk);
-        text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#line 1 \"attention_tile.cl\"\n%s\n", bq,
-                 bk, fcl_cl_attention_tile);
+        size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
+        text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
+                    "#line 1 \"attention_tile.cl\"\n%s\n",
+                 tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
+                 fcl_cl_attention_tile);
         if (decode_built_for(variant))
             /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
                      fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
-        text_add(t, "#undef FA_BQ\n#undef FA_BK\n");
+        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n");
     }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
@@ -119,7 +122,7 @@ static char *program_source(const kernel_plan *plan)
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         add_attention_kernels(&t, plan, b, FCL_ATTENTION_ALL);
-        if (plan->tile[b] >= 0) /* the rows kernel has only ALL */
+        if (plan->tile[b].block_q) /* the rows kernel has only ALL */
             for (int v = 0; v < FCL_ATTENTION_ALL; v++)
                 add_attention_kernels(&t, plan, b, v);
     }
@@ -325,45 +328,72 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
 }
 
 /* Creates one kernel of a bucket and checks it against the device: where its local memory or
- * work-group does not fit, it is released and 0 returned in *fits. */
+ * work-group does not fit, it is released and *fits is 0, with the work-group it allows in
+ * *wg. */
 static fcl_status create_fitting(fcl_context *ctx, const char *name, cl_kernel *k, size_t group,
-                                 int *fits, cl_ulong *local)
+                                 int *fits, size_t *wg, cl_ulong *local)
 {
-    size_t wg;
-    fcl_status s = create_kernel(ctx, name, k, &wg, local);
-    *fits = s == FCL_SUCCESS && *local <= ctx->info.local_mem_size && wg >= group;
+    fcl_status s = create_kernel(ctx, name, k, wg, local);
+    *fits = s == FCL_SUCCESS && *local <= ctx->info.local_mem_size && *wg >= group;
     if (s == FCL_SUCCESS && !*fits)
         release_kernel(k);
     return s;
 }
 
+/* Plans bucket b's tile again after its kernel did not fit: one that allowed a work-group of
+ * only wg gets a smaller group; one that uses more local memory (as the driver counts it) than
+ * the device has gets the next smaller tile within the room the driver's count leaves, for it
+ * may count more than the tile declares (Oclgrind: three times), so that one rebuild fits. */
+static void replan_tile(fcl_context *ctx, kernel_plan *plan, int b, size_t wg, cl_ulong local)
+{
+    struct fcl_attention_tile *tile = &plan->tile[b];
+    const struct fcl_attention_tile built = *tile;
+    fcl_device_info room = ctx->info;
+    int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
+    size_t group = built.work_group_size;
+    if (local > ctx->info.local_mem_size) {
+        cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q, built.block_kv);
+        room.local_mem_size = ctx->info.local_mem_size * declared / local;
+        next++;
+    } else {
+        group = wg;
+    }
+    fcl_plan_attention_tile(&room, b, next, plan->attention_accumulators, group, tile);
+    tile->rows_block_q = built.rows_block_q;
+    if (!tile->block_q && local > ctx->info.local_mem_size)
+        snprintf(tile->rows_because, sizeof tile->rows_because,
+                 "the %zu x %zu tile's kernel counts %llu bytes of local memory, the device has "
+                 "%llu", built.block_q, built.block_kv,
+                 (unsigned long long)local, (unsigned long long)ctx->info.local_mem_size);
+}
+
 /* Creates one bucket's tile kernels (every feature set) and decode kernels, where built. A
- * tile kernel that exceeds the device's local memory or cannot run a full work-group moves
- * the bucket to the next smaller tile, or to the rows kernel (plan->tile), and sets
- * *rebuild. */
+ * tile kernel that needs more local memory than the device has moves the bucket to the next
+ * smaller tile, one that cannot run its work-group to a smaller group (or either to the rows
+ * kernel), and sets *rebuild. */
 static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
 {
-    struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
+    struct fcl_attention_tile *tile = &plan->tile[b];
     char name[48];
-    cl_ulong local = 0;
+    size_t wg = 0;
+    cl_ulong local = 0, most_local = 0;
     int fits = 1;
     fcl_status s = FCL_SUCCESS;
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
         snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
                  fcl_attention_variant_suffix(v));
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
-                           FCL_ATTENTION_WORK_GROUP, &fits, &local);
-        tile->local_mem_size = local > tile->local_mem_size ? local : tile->local_mem_size;
+                           tile->work_group_size, &fits, &wg, &local);
+        most_local = local > most_local ? local : most_local;
     }
     if (s != FCL_SUCCESS)
         return s;
     if (!fits) {
-        plan->tile[b] = fcl_plan_attention_tile(&ctx->info, b, plan->tile[b] + 1,
-                                                plan->attention_accumulators);
+        replan_tile(ctx, plan, b, wg, local);
         *rebuild = 1;
         return FCL_SUCCESS;
     }
-    fcl_attention_tile_shape(plan->tile[b], &tile->block_q, &tile->block_kv);
+    tile->local_mem_size = most_local;
     /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
      * fit, the tile kernels serve. */
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
@@ -372,41 +402,39 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
         const char *suffix = fcl_attention_variant_suffix(v);
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
         s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
-                           &fits, &local);
+                           &fits, &wg, &local);
         snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
                  FA_DEC_HEADS);
         if (s == FCL_SUCCESS && fits)
             s = create_fitting(ctx, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,
-                               &local);
+                               &wg, &local);
     }
     if (s == FCL_SUCCESS && !fits)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             release_kernel(&ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v]);
             release_kernel(&ctx->attention_decode_groups[b][v]);
         }
-    else if (s == FCL_SUCCESS)
-        tile->decode_block_kv = FA_DEC_KEYS;
+    tile->decode_block_kv = s == FCL_SUCCESS && fits ? FA_DEC_KEYS : 0;
     return s;
 }
 
-/* Creates each bucket's attention kernels and the merge kernels. */
+/* Creates each bucket's attention kernels and the merge kernels; the plan's tiles, with what
+ * the kernels use, become ctx->info.attention_tiles. */
 static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, int *rebuild)
 {
     size_t wg;
     cl_ulong local;
     fcl_status s = FCL_SUCCESS;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS && s == FCL_SUCCESS; b++) {
-        struct fcl_attention_tile *tile = &ctx->info.attention_tiles[b];
-        memset(tile, 0, sizeof *tile);
-        tile->max_head_dim = fcl_attention_bucket_dim(b);
-        if (plan->tile[b] >= 0) {
+        if (plan->tile[b].block_q) {
             s = create_tile_kernels(ctx, plan, b, rebuild);
         } else {
             char name[40];
-            snprintf(name, sizeof name, "attention_rows_d%zu_all", tile->max_head_dim);
+            snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
             s = create_kernel(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL],
                               &wg, &local);
         }
+        ctx->info.attention_tiles[b] = plan->tile[b];
     }
     /* The merge kernels run with any work-group size: the largest up to FA_MERGE_LWS that
      * both allow. */
@@ -430,24 +458,22 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
     plan.force_inline = tuning->force_inline;
+    size_t group_limit = fcl_plan_work_group_size(info, info->max_work_group_size);
+    if (tuning->attention_group && tuning->attention_group < group_limit)
+        group_limit = tuning->attention_group; /* FLASHCL_TUNE: the smaller groups elsewhere */
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        int forced = tuning->attention_tile;
-        size_t bq, bk;
+        struct fcl_attention_tile *tile = &plan.tile[b];
+        const int forced = tuning->attention_tile;
+        /* FLASHCL_TUNE's tile as given where it fits (for tuning beyond the register rule),
+         * else the next that fits. */
+        fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
+                                forced < 0 ? plan.attention_accumulators : (size_t)-1,
+                                group_limit, tile);
         if (tuning->attention_rows) {
-            plan.tile[b] = -1;
-            continue;
+            memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
+            tile->max_head_dim = fcl_attention_bucket_dim(b);
         }
-        if (forced >= 0) {
-            fcl_attention_tile_shape(forced, &bq, &bk);
-            /* FLASHCL_TUNE's tile as given where its local memory fits (for tuning beyond
-             * the register rule), else the next that fits. */
-            if (fcl_attention_local_bytes(fcl_attention_bucket_dim(b), bq, bk) <= info->local_mem_size) {
-                plan.tile[b] = forced;
-                continue;
-            }
-        }
-        plan.tile[b] = fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
-                                               plan.attention_accumulators);
+        tile->rows_block_q = fcl_plan_rows_block_q(info, b, plan.vector_width);
     }
     return plan;
 }

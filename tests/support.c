@@ -26,6 +26,15 @@ int support_setup(void **state)
     return 0;
 }
 
+void support_skip_from_env(void)
+{
+    const char *skip = getenv("FLASHCL_TEST_SKIP");
+    if (skip && *skip) {
+        printf("# FLASHCL_TEST_SKIP=%s\n", skip);
+        cmocka_set_skip_filter(skip);
+    }
+}
+
 int support_teardown(void **state)
 {
     (void)state;

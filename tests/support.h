@@ -15,6 +15,11 @@
 extern fcl_context *support_ctx;
 extern fcl_device_info support_info;
 int support_setup(void **state);    /* a cmocka group setup */
+/* Runs a program's tests, leaving out those FLASHCL_TEST_SKIP names (a cmocka skip pattern:
+ * CTest's runs on slow implementations leave out what other tests there cover faster). */
+#define support_run_tests(tests) \
+    (support_skip_from_env(), cmocka_run_group_tests(tests, support_setup, support_teardown))
+void support_skip_from_env(void);
 int support_teardown(void **state); /* a cmocka group teardown */
 /* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */
 chk_rng *support_rng(void);

@@ -391,5 +391,5 @@ int main(void)
         cmocka_unit_test(test_validation_precedes_planning),
         cmocka_unit_test(test_loop_cap_is_planned_around),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

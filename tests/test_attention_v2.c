@@ -552,5 +552,5 @@ int main(void)
         cmocka_unit_test(test_bad_indices_and_features),
         cmocka_unit_test(test_device_clamps_bad_indices),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

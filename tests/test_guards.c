@@ -141,5 +141,5 @@ int main(void)
         cmocka_unit_test(test_softmax_guards),
         cmocka_unit_test(test_attention_guards),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

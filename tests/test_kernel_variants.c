@@ -137,5 +137,5 @@ int main(void)
         cmocka_unit_test(test_attention_variants),
         cmocka_unit_test(test_merge_variant),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

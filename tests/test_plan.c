@@ -198,19 +198,21 @@ static void test_forced_choices(void **state)
     assert_true(plan_of(&i, (size_t)1 << 31, 1, 0).groups <= 2 * 32);
 }
 
-/* Attention tiles from local memory: the largest candidate whose tiles fit. */
+/* Attention tiles as program.c plans them before the build: the largest candidate whose
+ * tiles fit, in the largest work-group the kernels allow; the decode kernel where its 128
+ * work-items fit. */
 static void fill_attention_tiles(fcl_device_info *i)
 {
     fcl_tuning t;
     assert_int_equal(fcl_tuning_for(NULL, i, NULL, &t), FCL_SUCCESS);
+    size_t limit = fcl_plan_work_group_size(i, i->max_work_group_size);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        int c = fcl_plan_attention_tile(i, b, 0, t.attention_accumulators);
-        i->attention_tiles[b].max_head_dim = fcl_attention_bucket_dim(b);
-        i->attention_tiles[b].decode_block_kv =
-            i->attention_rows_per_item ? 0 : FA_DEC_KEYS;
-        if (c >= 0)
-            fcl_attention_tile_shape(c, &i->attention_tiles[b].block_q,
-                                     &i->attention_tiles[b].block_kv);
+        struct fcl_attention_tile *tile = &i->attention_tiles[b];
+        fcl_plan_attention_tile(i, b, 0, t.attention_accumulators, limit, tile);
+        if (i->attention_rows_per_item)
+            tile->block_q = tile->block_kv = 0;
+        tile->decode_block_kv = tile->block_q && limit >= FA_DEC_LWS ? FA_DEC_KEYS : 0;
+        tile->rows_block_q = fcl_plan_rows_block_q(i, b, t.vector_width);
     }
 }
 
@@ -218,6 +220,7 @@ static void test_attention_tiles(void **state)
 {
     (void)state;
     fcl_device_info nv = nvidia_like(), amd = amd_like(), cpu = pocl_like();
+    cpu.attention_rows_per_item = 0; /* the tiles FLASHCL_TUNE=attention_rows=0 gives */
     fill_attention_tiles(&nv);
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
@@ -253,24 +256,28 @@ static void test_attention_tiles(void **state)
     fcl_device_info tiny = {.type = CL_DEVICE_TYPE_GPU, .compute_units = 1,
                             .max_work_group_size = 256, .local_mem_size = 4096,
                             .softmax_vector_width = 4};
-    assert_int_equal(fcl_plan_attention_tile(&tiny, 2, 0, 80), -1);
     fill_attention_tiles(&tiny);
+    assert_int_equal(tiny.attention_tiles[2].block_q, 0);
+    assert_non_null(strstr(tiny.attention_tiles[2].rows_because, "4096"));
     fcl_attention_desc d = {.batch = 1, .heads_q = 1, .heads_kv = 1, .len_q = 8, .len_kv = 8,
                             .head_dim = 200, .head_dim_v = 200};
     fcl_attention_launch l;
     assert_int_equal(fcl_plan_attention(&tiny, &d, &l), FCL_SUCCESS);
     assert_true(l.path == FCL_ATTENTION_PATH_ROWS && l.work_group_size == 1 && l.block_q == 16);
-    /* 32 KiB (oclgrind's GPU) holds no tile at 576: rows there too, tiles below. */
+    /* 32 KiB (oclgrind's GPU) holds MLA's head dims in 4 x 8 tiles of 4 x 8 work-items only
+     * (8 x 8 needs 37.7 KB), the other buckets in groups of 64. */
     fcl_device_info small = tiny;
     small.local_mem_size = 32768;
     fill_attention_tiles(&small);
     d.head_dim = 576;
     d.head_dim_v = 512;
     assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
-    assert_int_equal(l.path, FCL_ATTENTION_PATH_ROWS);
+    assert_true(l.path == FCL_ATTENTION_PATH_TILE && l.block_q == 4 && l.block_kv == 8);
+    assert_int_equal(l.work_group_size, 32);
     d.head_dim = d.head_dim_v = 256;
     assert_int_equal(fcl_plan_attention(&small, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.path, FCL_ATTENTION_PATH_TILE);
+    assert_int_equal(l.work_group_size, 64);
 }
 
 static void test_attention_splits(void **state)
@@ -328,6 +335,90 @@ static void test_attention_splits(void **state)
     assert_int_equal(l.splits, 2);
 }
 
+/* Softmax under injected limits: a plan that runs, within the kernels' work-group limit,
+ * the local memory and the loop cap. */
+static void check_softmax_runs(const fcl_device_info *i, size_t wg)
+{
+    const size_t shapes[][2] = {{1, 1}, {3, 1000}, {1, 100003}, {64, 1 << 20}, {4096, 4097}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const size_t rows = shapes[k][0], cols = shapes[k][1];
+        fcl_softmax_launch l = plan_of(i, rows, cols, FCL_SOFTMAX_AUTO);
+        assert_true(l.work_group_size <= wg);
+        if (l.algo == FCL_SOFTMAX_FUSED)
+            assert_true(cols <= i->softmax_fused_max_cols);
+        if (!i->loop_iteration_cap)
+            continue;
+        /* Rows or slices a work-item takes, each a few passes over its share of the row. */
+        size_t lanes = l.per_item ? 1 : l.lanes ? l.lanes : l.work_group_size;
+        size_t per_pass = l.lanes ? l.work_group_size / l.lanes : 1;
+        size_t units = (rows * l.slices + per_pass * l.groups - 1) / (per_pass * l.groups);
+        size_t vectors = (l.slice_cols + lanes * i->softmax_vector_width - 1) /
+                         (lanes * i->softmax_vector_width);
+        assert_true(units * 4 * vectors <= i->loop_iteration_cap);
+    }
+}
+
+/* Attention under injected limits: every bucket has a plan, within the work-group limit,
+ * the local memory (tiles) and the loop cap; only the rows kernel under a loop cap may find
+ * a call too long, and then says so. */
+static void check_attention_runs(const fcl_device_info *i, size_t wg)
+{
+    const fcl_attention_desc descs[] = {
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 512, .len_kv = 512, .head_dim = 64},
+        {.batch = 2, .heads_q = 32, .heads_kv = 8, .len_q = 1, .len_kv = 32768, .head_dim = 128},
+        {.batch = 1, .heads_q = 4, .heads_kv = 4, .len_q = 300, .len_kv = 300, .head_dim = 256},
+        {.batch = 1, .heads_q = 16, .heads_kv = 1, .len_q = 1, .len_kv = 2048, .head_dim = 576,
+         .head_dim_v = 512},
+    };
+    for (size_t k = 0; k < sizeof descs / sizeof descs[0]; k++) {
+        fcl_attention_desc d = descs[k];
+        if (!d.head_dim_v)
+            d.head_dim_v = d.head_dim;
+        fcl_attention_launch l;
+        const struct fcl_attention_tile *tile =
+            &i->attention_tiles[fcl_attention_bucket(d.head_dim, d.head_dim_v)];
+        fcl_status s = fcl_plan_attention(i, &d, &l);
+        if (s != FCL_SUCCESS) {
+            assert_int_equal(s, FCL_ERROR_UNSUPPORTED);
+            assert_true(i->loop_iteration_cap && !tile->block_q);
+            assert_non_null(strstr(l.refusal, "loop_iteration_cap"));
+            continue;
+        }
+        assert_true(l.work_group_size >= 1 && l.work_group_size <= wg);
+        if (l.path == FCL_ATTENTION_PATH_TILE)
+            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv) <=
+                        i->local_mem_size);
+        assert_true(l.splits >= 1 && l.splits <= FA_MAX_SPLITS && l.split_len * l.splits >= d.len_kv);
+        if (i->loop_iteration_cap)
+            assert_true(l.path != FCL_ATTENTION_PATH_DECODE &&
+                        fcl_attention_loop_iterations(i, &l) <= i->loop_iteration_cap);
+    }
+}
+
+/* Item 1 of issue 12: kernel work-group limits 1 to 1024, local memory 0 to 64 KiB of
+ * either type, with and without llvmpipe's loop cap; every plan runs within them. */
+static void test_any_limits_give_runnable_plans(void **state)
+{
+    (void)state;
+    const cl_ulong locals[] = {0, 1024, 4096, 8192, 16384, 24576, 32768, 49152, 65536};
+    const cl_uint caps[] = {0, 65535};
+    for (size_t wg = 1; wg <= 1024; wg *= 2)
+        for (size_t m = 0; m < sizeof locals / sizeof locals[0]; m++)
+            for (int global = 0; global < 2; global++)
+                for (size_t c = 0; c < 2; c++) {
+                    fcl_device_info i = {.type = global ? CL_DEVICE_TYPE_CPU : CL_DEVICE_TYPE_GPU,
+                                         .compute_units = 8, .max_work_group_size = 1024,
+                                         .local_mem_size = locals[m], .local_mem_is_global = global,
+                                         .max_alloc_size = (cl_ulong)1 << 30,
+                                         .preferred_vector_width_float = 4,
+                                         .loop_iteration_cap = caps[c]};
+                    i = built(i, wg);
+                    fill_attention_tiles(&i);
+                    check_softmax_runs(&i, wg);
+                    check_attention_runs(&i, wg);
+                }
+}
+
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */
 static void test_tuning(void **state)
 {
@@ -362,9 +453,12 @@ static void test_tuning(void **state)
     assert_int_equal(fcl_plan_work_group_size(&small, t.softmax_work_group), 64);
     assert_int_equal(fcl_tuning_for(NULL, &cpu, "attention_rows=0", &t), FCL_SUCCESS);
     assert_int_equal(t.attention_rows, 0);
+    assert_int_equal(t.attention_group, 0);
+    assert_int_equal(fcl_tuning_for(NULL, &cpu, "attention_group=32", &t), FCL_SUCCESS);
+    assert_int_equal(t.attention_group, 32);
 
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
-                         "softmax_rows=2", "attention_rows=x",
+                         "softmax_rows=2", "attention_rows=x", "attention_group=8",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);
@@ -379,7 +473,7 @@ int main(void)
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
         cmocka_unit_test(test_forced_choices), cmocka_unit_test(test_loop_iteration_cap),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
-        cmocka_unit_test(test_tuning),
+        cmocka_unit_test(test_any_limits_give_runnable_plans), cmocka_unit_test(test_tuning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

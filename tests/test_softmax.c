@@ -334,5 +334,5 @@ int main(void)
         cmocka_unit_test(test_plan_matches_rule),
         cmocka_unit_test(test_device_api_with_events),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

@@ -147,5 +147,5 @@ int main(void)
         cmocka_unit_test(test_one_context_eight_threads),
         cmocka_unit_test(test_eight_contexts_eight_threads),
     };
-    return cmocka_run_group_tests(tests, support_setup, support_teardown);
+    return support_run_tests(tests);
 }

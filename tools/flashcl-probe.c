@@ -55,14 +55,14 @@ static const size_t attention_examples[][6] = {
     {128, 1, 8192, 576, 512, 16}};
 #define N_ATTENTION_EXAMPLES (sizeof attention_examples / sizeof attention_examples[0])
 
-static fcl_attention_plan_info attention_example_plan(fcl_context *ctx, size_t e)
+/* The plan for example e; on failure (a call flashcl would refuse here) the status. */
+static fcl_status attention_example_plan(fcl_context *ctx, size_t e, fcl_attention_plan_info *p)
 {
     const size_t *x = attention_examples[e];
     fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .heads_kv = x[0] / x[5], .len_q = x[1],
                             .len_kv = x[2], .head_dim = x[3], .head_dim_v = x[4]};
-    fcl_attention_plan_info p = {0};
-    fcl_attention_plan(ctx, &d, &p);
-    return p;
+    memset(p, 0, sizeof *p);
+    return fcl_attention_plan(ctx, &d, p);
 }
 
 static void print_human(const char *spec, const fcl_device_info *i, fcl_context *ctx)
@@ -84,6 +84,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     if (i->loop_iteration_cap)
         printf("  loop iterations     at most %u per work-item in all (the driver stops loops "
                "there): every plan keeps within it\n", i->loop_iteration_cap);
+    if (i->local_mem_scale > 1)
+        printf("  local memory use    counted %u times what a kernel declares (local_mem_scale): "
+               "tiles are planned within %llu bytes\n", i->local_mem_scale,
+               (unsigned long long)(i->local_mem_size / i->local_mem_scale));
     printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
            i->program_from_cache ? "loaded from the program cache"
            : i->program_cache_usable ? "compiled from source"
@@ -103,31 +107,34 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
-    printf("  attention tiles     64 work-items per tile\n");
+    printf("  attention tiles\n");
     for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
-        if (!i->attention_tiles[b].block_q) {
-            printf("    head_dim <= %-3zu  -> %s\n", i->attention_tiles[b].max_head_dim,
-                   i->attention_rows_per_item ? "16 queries per work-item (rows)"
-                                              : "no tile fits: 16 queries per work-item (rows)");
+        const struct fcl_attention_tile *t = &i->attention_tiles[b];
+        if (!t->block_q) {
+            printf("    head_dim <= %-3zu  -> %zu queries per work-item (rows)%s%s%s\n",
+                   t->max_head_dim, t->rows_block_q, t->rows_because[0] ? ": " : "", t->rows_because,
+                   t->rows_because[0] ? " (a fallback)" : "");
             continue;
         }
-        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %llu bytes of local memory",
-               i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
-               i->attention_tiles[b].block_kv,
-               (unsigned long long)i->attention_tiles[b].local_mem_size);
+        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %zu work-items, %llu bytes of "
+               "local memory",
+               t->max_head_dim, t->block_q, t->block_kv, t->work_group_size,
+               (unsigned long long)t->local_mem_size);
         if (i->attention_tiles[b].decode_block_kv)
             printf("; decoding: a query per group, %zu keys a step",
                    i->attention_tiles[b].decode_block_kv);
         printf("\n");
     }
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
-        fcl_attention_plan_info p = attention_example_plan(ctx, e);
+        fcl_attention_plan_info p;
         const size_t *x = attention_examples[e];
-        printf("    heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> %s, %zu x %zu, %zu "
-               "key split%s\n",
-               x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3],
-               fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits,
-               p.kv_splits == 1 ? "" : "s");
+        printf("    heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> ", x[0], x[0] / x[5],
+               x[1], x[2], x[3], x[4] ? x[4] : x[3]);
+        if (attention_example_plan(ctx, e, &p) != FCL_SUCCESS)
+            printf("refused: %s\n", fcl_context_last_error(ctx));
+        else
+            printf("%s, %zu x %zu, %zu work-items, %zu key split%s\n", fcl_attention_path_name(p.path),
+                   p.block_q, p.block_kv, p.work_group_size, p.kv_splits, p.kv_splits == 1 ? "" : "s");
     }
 }
 
@@ -146,8 +153,10 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf(", \"opencl_c_version\": ");
     json_string(i->opencl_c_version);
     printf(", \"type\": \"%s\", \"compute_units\": %u", type_name(i->type), i->compute_units);
-    printf(", \"local_mem_size\": %llu, \"local_mem_type\": \"%s\"",
-           (unsigned long long)i->local_mem_size, i->local_mem_is_global ? "global" : "local");
+    printf(", \"local_mem_size\": %llu, \"local_mem_type\": \"%s\", \"local_mem_scale\": %u",
+           (unsigned long long)i->local_mem_size, i->local_mem_is_global ? "global" : "local",
+           i->local_mem_scale);
+    printf(", \"loop_iteration_cap\": %u", i->loop_iteration_cap);
     printf(", \"global_mem_size\": %llu, \"max_alloc_size\": %llu",
            (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
     printf(", \"max_work_group_size\": %zu, \"kernel_work_group_size\": %zu",
@@ -167,22 +176,28 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("%s{\"rows\": %zu, \"cols\": %zu, \"algo\": \"%s\"}", e ? ", " : "",
                examples[e][0], examples[e][1], fcl_softmax_algo_name(example_plan(ctx, e)));
-    printf("]}, \"attention\": {\"work_group_size\": 64, \"tiles\": [");
-    for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++)
+    printf("]}, \"attention\": {\"tiles\": [");
+    for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
+        const struct fcl_attention_tile *t = &i->attention_tiles[b];
         printf("%s{\"max_head_dim\": %zu, \"block_q\": %zu, \"block_kv\": %zu, "
-               "\"local_mem_size\": %llu, \"decode_block_kv\": %zu}",
-               b ? ", " : "", i->attention_tiles[b].max_head_dim, i->attention_tiles[b].block_q,
-               i->attention_tiles[b].block_kv, (unsigned long long)i->attention_tiles[b].local_mem_size,
-               i->attention_tiles[b].decode_block_kv);
+               "\"work_group_size\": %zu, \"rows_block_q\": %zu, \"local_mem_size\": %llu, "
+               "\"decode_block_kv\": %zu, \"rows_because\": ",
+               b ? ", " : "", t->max_head_dim, t->block_q, t->block_kv, t->work_group_size,
+               t->rows_block_q, (unsigned long long)t->local_mem_size, t->decode_block_kv);
+        json_string(t->rows_because);
+        printf("}");
+    }
     printf("], \"plans\": [");
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
-        fcl_attention_plan_info p = attention_example_plan(ctx, e);
+        fcl_attention_plan_info p;
         const size_t *x = attention_examples[e];
+        const int refused = attention_example_plan(ctx, e, &p) != FCL_SUCCESS;
         printf("%s{\"heads\": %zu, \"heads_kv\": %zu, \"len_q\": %zu, \"len_kv\": %zu, "
                "\"head_dim\": %zu, \"head_dim_v\": %zu, \"path\": \"%s\", \"block_q\": %zu, "
                "\"block_kv\": %zu, \"kv_splits\": %zu}",
                e ? ", " : "", x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3],
-               fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
+               refused ? "refused" : fcl_attention_path_name(p.path), p.block_q, p.block_kv,
+               p.kv_splits);
     }
     printf("]}}");
 }

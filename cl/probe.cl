@@ -1,0 +1,22 @@
+/* The device probe's own program (src/device.c), built and run before flashcl's kernels are
+ * planned, since what it finds decides the plan. Plain OpenCL C 1.2 that needs nothing else.
+ *
+ * How many loop iterations a work-item may make in all: counts to n through a value the
+ * compiler cannot know (ones[0] is 1), so the loop runs rather than folds. A driver that
+ * stops a work-item's loops early (Mesa's llvmpipe ends them after 65535 iterations in
+ * total: gallivm's loop limiter) writes less than n. The count passes through local memory
+ * at an index the compiler cannot know either, so the kernel keeps its FCL_PROBE_LOCAL
+ * bytes of it: what the driver reports for them (CL_KERNEL_LOCAL_MEM_SIZE) is how it counts
+ * a kernel's local memory, and its CL_KERNEL_WORK_GROUP_SIZE is its limit for a kernel that
+ * needs almost no registers. */
+#define FCL_PROBE_LOCAL 1024
+__kernel void fcl_loop_probe(__global uint *ones, uint n)
+{
+    __local uint counted[FCL_PROBE_LOCAL / sizeof(uint)];
+    uint count = 0;
+    for (uint i = 0; i < n; i++)
+        count += ones[0];
+    counted[(ones[0] - 1) % (FCL_PROBE_LOCAL / sizeof(uint))] = count;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ones[1] = counted[0];
+}
