@@ -6,10 +6,9 @@
  * stops a work-item's loops early (Mesa's llvmpipe ends them after 65535 iterations in
  * total: gallivm's loop limiter) writes less than n. The count passes through local memory
  * at an index the compiler cannot know either, so the kernel keeps its FCL_PROBE_LOCAL
- * bytes of it: what the driver reports for them (CL_KERNEL_LOCAL_MEM_SIZE) is how it counts
+ * bytes of it (the host defines the number when it builds this): what the driver reports for them (CL_KERNEL_LOCAL_MEM_SIZE) is how it counts
  * a kernel's local memory, and its CL_KERNEL_WORK_GROUP_SIZE is its limit for a kernel that
  * needs almost no registers. */
-#define FCL_PROBE_LOCAL 1024
 __kernel void fcl_loop_probe(__global uint *ones, uint n)
 {
     __local uint counted[FCL_PROBE_LOCAL / sizeof(uint)];

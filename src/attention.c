@@ -152,14 +152,6 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
-/* Loop iterations a merge work-item makes per row: attention_merge.cl's loops over the
- * splits and its share of the row's columns. */
-static size_t merge_row_iterations(const fcl_context *ctx, size_t splits, size_t dim)
-{
-    size_t columns = (dim + ctx->merge_work_group - 1) / ctx->merge_work_group;
-    return 3 * splits + columns * (1 + splits) + 4;
-}
-
 /* Enqueues the attention kernel, and with split-KV the merge; the caller holds ctx->lock. */
 static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
                           const fcl_attention_launch *l, fcl_attention_buffers *b, cl_uint n_wait,
@@ -207,8 +199,8 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
         /* Chained by event, so an out-of-order queue keeps the order too. */
         if (err == CL_SUCCESS)
             err = launch(ctx, ctx->attention_merge_splits,
-                         fcl_plan_merge_groups(&ctx->info, rows,
-                                               merge_row_iterations(ctx, l->splits, d->head_dim_v)),
+                         fcl_plan_merge_groups(&ctx->info, rows, l->splits, d->head_dim_v,
+                                               ctx->merge_work_group),
                          ctx->merge_work_group,
                          1, &first, done);
     }
@@ -434,7 +426,7 @@ static cl_int merge_step(fcl_context *ctx, cl_mem a_out, cl_mem a_lse, cl_mem b_
     for (cl_uint i = 0; i < sizeof sizes / sizeof sizes[0] && err == CL_SUCCESS; i++)
         err = clSetKernelArg(k, i, sizes[i], args[i]);
     if (err == CL_SUCCESS)
-        err = launch(ctx, k, fcl_plan_merge_groups(&ctx->info, rows, merge_row_iterations(ctx, 1, dim)),
+        err = launch(ctx, k, fcl_plan_merge_groups(&ctx->info, rows, 1, dim, ctx->merge_work_group),
                      ctx->merge_work_group, n_wait, wait, done);
     return err;
 }

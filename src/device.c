@@ -258,7 +258,9 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 
 /* Iterations fcl_loop_probe counts to: twice llvmpipe's cap, a millisecond or two on a GPU. */
 #define FCL_LOOP_PROBE_COUNT (1u << 17)
-#define FCL_PROBE_LOCAL 1024 /* bytes of local memory it declares (cl/probe.cl) */
+#define FCL_PROBE_LOCAL 1024 /* bytes of local memory it declares (given to cl/probe.cl) */
+#define FCL_STR(x) FCL_STR_(x)
+#define FCL_STR_(x) #x
 
 extern const char fcl_cl_probe[]; /* cl/probe.cl, embedded at build time */
 
@@ -299,7 +301,8 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
     cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
     if (err == CL_SUCCESS) {
         step = "clBuildProgram";
-        err = clBuildProgram(program, 1, &ctx->device, "-cl-std=CL1.2", NULL, NULL);
+        err = clBuildProgram(program, 1, &ctx->device,
+                             "-cl-std=CL1.2 -DFCL_PROBE_LOCAL=" FCL_STR(FCL_PROBE_LOCAL), NULL, NULL);
     }
     if (err == CL_SUCCESS) {
         step = "clCreateKernel";
@@ -327,6 +330,7 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
      * uses. */
     if (wg && wg < ctx->info.max_work_group_size)
         ctx->info.kernel_work_group_size = wg;
-    ctx->info.local_mem_scale = local > FCL_PROBE_LOCAL ? (cl_uint)((local + FCL_PROBE_LOCAL - 1) / FCL_PROBE_LOCAL) : 1;
+    ctx->info.local_mem_scale =
+        local > FCL_PROBE_LOCAL ? (cl_uint)((local + FCL_PROBE_LOCAL - 1) / FCL_PROBE_LOCAL) : 1;
     return FCL_SUCCESS;
 }

@@ -217,10 +217,11 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which
  * is not modelled (the planner does not pick it under a cap). */
 size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l);
-/* Work-groups for a merge kernel over rows (one row a group at a time, row_iterations loop
- * iterations a work-item per row): at most 32 per compute unit, more where the driver's
- * loop cap needs them. */
-size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t row_iterations);
+/* Work-groups for a merge kernel over rows of dim columns, each the merge of `splits` parts
+ * (fcl_attention_merge: 1), work_group work-items a group: at most 32 per compute unit, more
+ * where the driver's loop cap needs them. */
+size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t splits, size_t dim,
+                             size_t work_group);
 
 /* ---- attention_desc.c: validating and resolving a descriptor ---- */
 /* The attention kernels' scalar arguments (cl/attention_args.h). */

@@ -495,6 +495,15 @@ static loop_cost rows_loop_cost(size_t dim, size_t vec, size_t rq)
     return c;
 }
 
+/* The cost model of a launch's path (none for decode: see fcl_attention_loop_iterations). */
+static loop_cost path_loop_cost(const fcl_device_info *info, fcl_attention_path path, int bucket,
+                                size_t bq, size_t bk, size_t group)
+{
+    const size_t dim = bucket_dims[bucket];
+    return path == FCL_ATTENTION_PATH_ROWS ? rows_loop_cost(dim, info->softmax_vector_width, bq)
+                                           : tile_loop_cost(dim, bq, bk, group);
+}
+
 /* The rows kernel's queries per work-item: 16, or under a loop cap the most (a power of two)
  * with which its key splits still take FCL_ROWS_KEYS_UNDER_CAP keys in all (a step loads
  * each query's row, and each key block loops over every query). */
@@ -515,7 +524,7 @@ size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vec
 }
 
 /* Where the driver caps a work-item's loop iterations: key splits short enough that one
- * step stays within the cap (NULL where even a step of one key block does not fit), and
+ * step stays within the cap (0 returned where even a step of one key block does not fit), and
  * work-groups enough that no work-item takes more steps than the cap allows. */
 static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size_t kv_tiles,
                                   size_t work, size_t *splits, size_t *groups)
@@ -574,10 +583,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
     size_t groups = 0;
-    size_t dim = fcl_attention_bucket_dim(bucket);
-    loop_cost cost = path == FCL_ATTENTION_PATH_ROWS
-                         ? rows_loop_cost(dim, info->softmax_vector_width, bq)
-                         : tile_loop_cost(dim, bq, bk, tile->work_group_size);
+    loop_cost cost = path_loop_cost(info, path, bucket, bq, bk, tile->work_group_size);
     launch->refusal = "its steps need more loop iterations than the driver allows a work-item "
                       "(loop_iteration_cap), even in the most key splits";
     if (!fit_attention_loop_cap(info, cost, kv_tiles, work, &splits, &groups))
@@ -606,21 +612,23 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
 
 size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l)
 {
-    const size_t dim = fcl_attention_bucket_dim(l->bucket);
     if (l->path == FCL_ATTENTION_PATH_DECODE)
         return 0; /* not modelled: under a loop cap the planner does not pick it */
-    const loop_cost c = l->path == FCL_ATTENTION_PATH_ROWS
-                            ? rows_loop_cost(dim, info->softmax_vector_width, l->block_q)
-                            : tile_loop_cost(dim, l->block_q, l->block_kv, l->work_group_size);
+    const loop_cost c = path_loop_cost(info, l->path, l->bucket, l->block_q, l->block_kv,
+                                       l->work_group_size);
     const size_t steps = ceil_div(l->work * l->splits, l->groups);
     return steps * (c.per_step + l->split_len / l->block_kv * c.per_key_block);
 }
 
-size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t row_iterations)
+size_t fcl_plan_merge_groups(const fcl_device_info *info, size_t rows, size_t splits, size_t dim,
+                             size_t work_group)
 {
+    /* attention_merge.cl's loops per row: over the splits, and over this work-item's share
+     * of the row's columns (for each, over the splits) */
+    const size_t row_iterations = 3 * splits + ceil_div(dim, work_group) * (1 + splits) + 4;
     size_t groups = min_size(rows, (size_t)info->compute_units * FCL_GROUPS_PER_CU);
     const size_t cap = info->loop_iteration_cap;
-    if (cap && row_iterations) {
+    if (cap) {
         size_t rows_per_item = cap / row_iterations ? cap / row_iterations : 1;
         if (groups < ceil_div(rows, rows_per_item))
             groups = ceil_div(rows, rows_per_item);
