@@ -1,42 +1,74 @@
 #!/bin/sh
-# Runs the kernel-variant test (tests/test_kernel_variants.c) under Oclgrind, which simulates
-# a GPU with 32 KiB of local memory and reports every out-of-bounds access, data race and
-# OpenCL API misuse; any report, or a failed check, fails this script. Four runs cover every
-# kernel the planner can pick:
+# Runs flashcl's test programs under Oclgrind, the OpenCL simulator, which reports every
+# out-of-bounds access, data race and OpenCL API misuse; any report, or a failed check, fails
+# this script. Oclgrind simulates a GPU with 32 KiB of local memory (and counts three times
+# the local memory a tile declares, so no tile of head dims 256 and 576 fits there).
+#
+# "variants" runs the kernel-variant test (tests/test_kernel_variants.c) four times, which
+# covers every kernel the planner can pick:
 #   1. the simulator as it is: softmax in registers, in local memory, online and split; the
 #      attention tiles of head dims 64 and 128 with their decode kernels, the rows kernel for
-#      256 and 576 (Oclgrind counts three times the local memory a tile declares, so no tile
-#      fits 32 KiB there), split-KV and the merge kernels;
+#      256 and 576, split-KV and the merge kernels;
 #   2. 128 KiB of local memory, where tiles and decode kernels fit every head dim (576 as
 #      well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it;
 #   3. and 4. 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's llvmpipe) and of
 #      16 (4 x 4), by FLASHCL_TUNE.
+# "suites" runs tests of the softmax and attention suites (FLASHCL_TEST_ONLY) with the
+# simulator as their device, in their small-size mode (FLASHCL_TEST_SMALL=1, which leaves out
+# rows over 65536 columns): the checks against the float64 reference with the hard cases
+# (special values, magnitudes, strides, masks, every dtype, causal, GQA and paged, varlen,
+# softcap, window, sinks, MLA, merging); the long rows and sequences run on POCL and rusticl.
+# The test that gives the kernels bad device-side indices runs without the race check: the
+# clamped indices of overlapping sequences make work-groups write the same rows of out's
+# view, which is what clamping promises (no access outside a buffer), not a race to report.
 # Oclgrind's uninitialized-value plugin is left off: it reports float2 literals.
-# usage: oclgrind.sh OCLGRIND TEST_PROGRAM WORK_DIR
+# usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR variants|suites
 set -eu
 oclgrind=$1
-program=$2
+tests=$2
 work=$3
+mode=$4
 rm -rf "$work"
 mkdir -p "$work"
-status=0
-run() { # name, then oclgrind options
+failed="$work/failed"
+races=--data-races
+run() { # name, program, then oclgrind options
   name=$1
-  shift
-  if ! FLASHCL_CACHE_DIR="$work/cache-$name" "$oclgrind" --data-races --check-api \
-      --log "$work/$name.log" "$@" "$program" > "$work/$name.out" 2>&1; then
+  program=$2
+  shift 2
+  if ! FLASHCL_CACHE_DIR="$work/cache-$name" "$oclgrind" $races --check-api \
+      --log "$work/$name.log" "$@" "$tests/$program" > "$work/$name.out" 2>&1; then
     cat "$work/$name.out"
     echo "oclgrind.sh: $name: the test failed" >&2
-    status=1
+    touch "$failed"
   fi
   if [ -s "$work/$name.log" ]; then
     head -c 20000 "$work/$name.log"
     echo "oclgrind.sh: $name: Oclgrind reported $(grep -c -i -e error -e race "$work/$name.log") problems" >&2
-    status=1
+    touch "$failed"
   fi
 }
-run simulator
-FLASHCL_TUNE=softmax_rows=1 run local128k --local-mem-size 131072
-FLASHCL_TUNE=attention_group=32 run group32 --local-mem-size 131072
-FLASHCL_TUNE=attention_group=16 run group16 --local-mem-size 131072
-exit "$status"
+case $mode in
+variants)
+  run simulator test_kernel_variants
+  FLASHCL_TUNE=softmax_rows=1 run local128k test_kernel_variants --local-mem-size 131072
+  FLASHCL_TUNE=attention_group=32 run group32 test_kernel_variants --local-mem-size 131072
+  FLASHCL_TUNE=attention_group=16 run group16 test_kernel_variants --local-mem-size 131072
+  ;;
+suites)
+  export FLASHCL_TEST_SMALL=1
+  FLASHCL_TEST_ONLY=test_worked_checks,test_special_values,test_magnitudes,test_mask_and_scale,test_strides_and_in_place,test_half_storage,test_sinks_special_values \
+    run softmax test_softmax
+  FLASHCL_TEST_ONLY=test_causal,test_storage_types,test_nan_stays_in_its_row \
+    run attention test_attention
+  FLASHCL_TEST_ONLY=test_paged,test_varlen,test_softcap,test_window,test_sinks,test_mla_and_head_sizes,test_combined,test_merge \
+    run attention_v2 test_attention_v2
+  races= FLASHCL_TEST_ONLY=test_device_clamps_bad_indices run clamps test_attention_v2
+  ;;
+*)
+  echo "usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR variants|suites" >&2
+  exit 2
+  ;;
+esac
+grep -h -E "PASSED|FAILED" "$work"/*.out || true
+[ ! -e "$failed" ]

@@ -6,9 +6,8 @@
  * stops a work-item's loops early (Mesa's llvmpipe ends them after 65535 iterations in
  * total: gallivm's loop limiter) writes less than n. The count passes through local memory
  * at an index the compiler cannot know either, so the kernel keeps its FCL_PROBE_LOCAL
- * bytes of it (the host defines the number when it builds this): what the driver reports for them (CL_KERNEL_LOCAL_MEM_SIZE) is how it counts
- * a kernel's local memory, and its CL_KERNEL_WORK_GROUP_SIZE is its limit for a kernel that
- * needs almost no registers. */
+ * bytes of it (the host defines the number when it builds this). Its CL_KERNEL_WORK_GROUP_SIZE
+ * is the driver's limit for a kernel that needs almost no registers. */
 __kernel void fcl_loop_probe(__global uint *ones, uint n)
 {
     __local uint counted[FCL_PROBE_LOCAL / sizeof(uint)];
@@ -18,4 +17,16 @@ __kernel void fcl_loop_probe(__global uint *ones, uint n)
     counted[(ones[0] - 1) % (FCL_PROBE_LOCAL / sizeof(uint))] = count;
     barrier(CLK_LOCAL_MEM_FENCE);
     ones[1] = counted[0];
+}
+
+/* Declares twice fcl_loop_probe's local memory and is never run: the two kernels' reported
+ * local memory (CL_KERNEL_LOCAL_MEM_SIZE) is two points of the driver's count, a scale on
+ * what a kernel declares (Mesa's rusticl 22.3 counts double) plus bytes it adds to every
+ * kernel (NVIDIA's driver adds 4 bytes). */
+__kernel void fcl_local_probe(__global uint *ones)
+{
+    __local uint twice[2 * FCL_PROBE_LOCAL / sizeof(uint)];
+    twice[(ones[0] - 1) % (2 * FCL_PROBE_LOCAL / sizeof(uint))] = ones[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    ones[1] = twice[0];
 }

@@ -139,10 +139,12 @@ typedef struct fcl_device_info {
      * them early (Mesa's llvmpipe: 65535), measured at context creation by a counting
      * kernel; 0 where no limit showed. The planner keeps every work-item's loops within it. */
     cl_uint loop_iteration_cap;
-    /* Bytes of local memory the driver counts per byte a kernel declares, measured on the
-     * same kernel (Mesa's rusticl 22.3: 2; 1 elsewhere). Tiles are planned within
-     * local_mem_size / local_mem_scale, so that the built kernels fit as reported. */
+    /* How the driver counts a kernel's local memory (CL_KERNEL_LOCAL_MEM_SIZE), measured at
+     * context creation on two probe kernels: local_mem_scale bytes per byte the kernel
+     * declares (Mesa's rusticl 22.3: 2; 1 elsewhere) plus local_mem_reserved bytes for every
+     * kernel (NVIDIA's driver: 4). Tiles are planned so that the built kernels fit as counted. */
     cl_uint local_mem_scale;
+    cl_ulong local_mem_reserved;
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);

@@ -258,7 +258,6 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 
 /* Iterations fcl_loop_probe counts to: twice llvmpipe's cap, a millisecond or two on a GPU. */
 #define FCL_LOOP_PROBE_COUNT (1u << 17)
-#define FCL_PROBE_LOCAL 1024 /* bytes of local memory it declares (given to cl/probe.cl) */
 #define FCL_STR(x) FCL_STR_(x)
 #define FCL_STR_(x) #x
 
@@ -288,6 +287,28 @@ static cl_int run_loop_probe(fcl_context *ctx, cl_kernel probe)
     return err;
 }
 
+/* CL_KERNEL_LOCAL_MEM_SIZE of the named probe kernel. */
+static cl_int reported_local(fcl_context *ctx, cl_program program, const char *name, cl_ulong *local)
+{
+    cl_int err;
+    cl_kernel kernel = clCreateKernel(program, name, &err);
+    if (err == CL_SUCCESS)
+        err = clGetKernelWorkGroupInfo(kernel, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof *local,
+                                       local, NULL);
+    if (kernel)
+        clReleaseKernel(kernel);
+    return err;
+}
+
+void fcl_fit_local_mem_count(fcl_device_info *info, cl_ulong once, cl_ulong twice)
+{
+    cl_ulong scale = twice > once ? (twice - once + FCL_PROBE_LOCAL / 2) / FCL_PROBE_LOCAL : 1;
+    if (scale < 1)
+        scale = 1;
+    info->local_mem_scale = (cl_uint)scale;
+    info->local_mem_reserved = once > scale * FCL_PROBE_LOCAL ? once - scale * FCL_PROBE_LOCAL : 0;
+}
+
 fcl_status fcl_probe_kernels(fcl_context *ctx)
 {
     const char *source = fcl_cl_probe;
@@ -295,7 +316,7 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
     cl_int err;
     cl_kernel probe = NULL;
     size_t wg = 0;
-    cl_ulong local = 0;
+    cl_ulong once = 0, twice = 0;
     /* Built from source every time: the driver's own cache (POCL's, NVIDIA's) keeps it, and
      * llvmpipe builds it in milliseconds. */
     cl_program program = clCreateProgramWithSource(ctx->cl_ctx, 1, &source, NULL, &err);
@@ -314,8 +335,10 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
                                        &wg, NULL);
     }
     if (err == CL_SUCCESS)
-        err = clGetKernelWorkGroupInfo(probe, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local,
-                                       &local, NULL);
+        err = clGetKernelWorkGroupInfo(probe, ctx->device, CL_KERNEL_LOCAL_MEM_SIZE, sizeof once,
+                                       &once, NULL);
+    if (err == CL_SUCCESS)
+        err = reported_local(ctx, program, "fcl_local_probe", &twice);
     if (err == CL_SUCCESS) {
         step = "running it";
         err = run_loop_probe(ctx, probe);
@@ -330,7 +353,6 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
      * uses. */
     if (wg && wg < ctx->info.max_work_group_size)
         ctx->info.kernel_work_group_size = wg;
-    ctx->info.local_mem_scale =
-        local > FCL_PROBE_LOCAL ? (cl_uint)((local + FCL_PROBE_LOCAL - 1) / FCL_PROBE_LOCAL) : 1;
+    fcl_fit_local_mem_count(&ctx->info, once, twice);
     return FCL_SUCCESS;
 }

@@ -88,9 +88,16 @@ cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);
 /* Fills the device fields of info (not the per-kernel and plan fields). */
 fcl_status fcl_probe_device(cl_device_id device, fcl_device_info *info);
-/* Builds and runs the probe kernel (cl/probe.cl) before the kernels are planned: records the
- * driver's loop-iteration cap and its work-group limit for a light kernel in ctx->info. */
+/* Builds and runs the probe kernels (cl/probe.cl) before the kernels are planned: records the
+ * driver's loop-iteration cap, its work-group limit for a light kernel and its count of local
+ * memory in ctx->info. */
 fcl_status fcl_probe_kernels(fcl_context *ctx);
+#define FCL_PROBE_LOCAL 1024 /* bytes of local memory the loop probe declares (cl/probe.cl, by -D) */
+/* The driver's count of a kernel's local memory as a line through the probe kernels' two
+ * points, `once` and `twice` reported for FCL_PROBE_LOCAL and twice that declared: sets
+ * local_mem_scale (bytes counted per byte declared) and local_mem_reserved (bytes added to
+ * every kernel). */
+void fcl_fit_local_mem_count(fcl_device_info *info, cl_ulong once, cl_ulong twice);
 
 /* ---- program.c ---- */
 /* Builds (or loads from the cache) the kernels for ctx->device; fills ctx->program,

@@ -366,10 +366,11 @@ size_t fcl_attention_tile_items_q(size_t work_group_size)
     return 0;
 }
 
-/* Local memory of a tile as the driver counts it (local_mem_scale: rusticl counts double). */
-static size_t tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk)
+/* Local memory of a tile as the driver counts it (rusticl counts double, NVIDIA adds 4 bytes). */
+static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk)
 {
-    return fcl_attention_local_bytes(dim, bq, bk) * (info->local_mem_scale ? info->local_mem_scale : 1);
+    return fcl_attention_local_bytes(dim, bq, bk) * (info->local_mem_scale ? info->local_mem_scale : 1) +
+           info->local_mem_reserved;
 }
 
 /* Float accumulators a work-item of a tq x tk group keeps: its output and score blocks. */
@@ -413,8 +414,8 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                  work_group_limit, fewest);
     else if (!local_fits)
         snprintf(tile->rows_because, sizeof tile->rows_because,
-                 "the smallest tile (%zu x %zu) needs %zu bytes of local memory, the device has %llu",
-                 bq, bk, tile_local_bytes(info, dim, bq, bk),
+                 "the smallest tile (%zu x %zu) needs %llu bytes of local memory, the device has %llu",
+                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk),
                  (unsigned long long)info->local_mem_size);
     else
         snprintf(tile->rows_because, sizeof tile->rows_because,

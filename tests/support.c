@@ -26,13 +26,44 @@ int support_setup(void **state)
     return 0;
 }
 
-void support_skip_from_env(void)
+/* Whether name is one of the comma-separated names in list. */
+static int listed(const char *list, const char *name)
 {
-    const char *skip = getenv("FLASHCL_TEST_SKIP");
-    if (skip && *skip) {
+    size_t n = strlen(name);
+    for (const char *p = list; *p; p += strcspn(p, ","), p += *p == ',')
+        if (strncmp(p, name, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+int support_run_filtered(const char *group, const struct CMUnitTest *tests, size_t count)
+{
+    const char *skip = getenv("FLASHCL_TEST_SKIP"), *only = getenv("FLASHCL_TEST_ONLY");
+    struct CMUnitTest *kept = malloc(count * sizeof *kept);
+    size_t n = 0;
+    if (!kept)
+        return 1;
+    for (size_t i = 0; i < count; i++)
+        if (!(skip && listed(skip, tests[i].name)) && !(only && *only && !listed(only, tests[i].name)))
+            kept[n++] = tests[i];
+    if (skip && *skip)
         printf("# FLASHCL_TEST_SKIP=%s\n", skip);
-        cmocka_set_skip_filter(skip);
+    if (only && *only)
+        printf("# FLASHCL_TEST_ONLY=%s\n", only);
+    if (n == 0) { /* a misspelt name must not pass as an empty run */
+        fprintf(stderr, "# FLASHCL_TEST_SKIP and FLASHCL_TEST_ONLY left no test of %s to run\n", group);
+        free(kept);
+        return 1;
     }
+    int failed = _cmocka_run_group_tests(group, kept, n, support_setup, support_teardown);
+    free(kept);
+    return failed;
+}
+
+int support_small(void)
+{
+    const char *small = getenv("FLASHCL_TEST_SMALL");
+    return small && strcmp(small, "1") == 0;
 }
 
 int support_teardown(void **state)

@@ -15,11 +15,14 @@
 extern fcl_context *support_ctx;
 extern fcl_device_info support_info;
 int support_setup(void **state);    /* a cmocka group setup */
-/* Runs a program's tests, leaving out those FLASHCL_TEST_SKIP names (a cmocka skip pattern:
- * CTest's runs on slow implementations leave out what other tests there cover faster). */
-#define support_run_tests(tests) \
-    (support_skip_from_env(), cmocka_run_group_tests(tests, support_setup, support_teardown))
-void support_skip_from_env(void);
+/* Runs a program's tests but those FLASHCL_TEST_SKIP names, or only those FLASHCL_TEST_ONLY
+ * names (comma-separated): CTest's runs on slow implementations leave out what other tests
+ * there cover faster. Fails when no test is left. */
+#define support_run_tests(tests) support_run_filtered(#tests, tests, sizeof tests / sizeof tests[0])
+int support_run_filtered(const char *group, const struct CMUnitTest *tests, size_t count);
+/* 1 where FLASHCL_TEST_SMALL=1 asks for the small-size run (a simulator as the device): tests
+ * leave out their longest rows, which other devices' runs check. */
+int support_small(void);
 int support_teardown(void **state); /* a cmocka group teardown */
 /* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */
 chk_rng *support_rng(void);

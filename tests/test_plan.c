@@ -386,7 +386,8 @@ static void check_attention_runs(const fcl_device_info *i, size_t wg)
         }
         assert_true(l.work_group_size >= 1 && l.work_group_size <= wg);
         if (l.path == FCL_ATTENTION_PATH_TILE)
-            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv) <=
+            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv) *
+                                i->local_mem_scale + i->local_mem_reserved <=
                         i->local_mem_size);
         assert_true(l.splits >= 1 && l.splits <= FA_MAX_SPLITS && l.split_len * l.splits >= d.len_kv);
         if (i->loop_iteration_cap)
@@ -396,27 +397,59 @@ static void check_attention_runs(const fcl_device_info *i, size_t wg)
 }
 
 /* Item 1 of issue 12: kernel work-group limits 1 to 1024, local memory 0 to 64 KiB of
- * either type, with and without llvmpipe's loop cap; every plan runs within them. */
+ * either type, counted as declared, double (rusticl) or with bytes added to every kernel, with and
+ * without llvmpipe's loop cap; every plan runs within them. */
 static void test_any_limits_give_runnable_plans(void **state)
 {
     (void)state;
     const cl_ulong locals[] = {0, 1024, 4096, 8192, 16384, 24576, 32768, 49152, 65536};
     const cl_uint caps[] = {0, 65535};
+    const cl_ulong counts[][2] = {{1, 0}, {2, 0}, {1, 1024}}; /* scale, reserved */
     for (size_t wg = 1; wg <= 1024; wg *= 2)
         for (size_t m = 0; m < sizeof locals / sizeof locals[0]; m++)
             for (int global = 0; global < 2; global++)
-                for (size_t c = 0; c < 2; c++) {
-                    fcl_device_info i = {.type = global ? CL_DEVICE_TYPE_CPU : CL_DEVICE_TYPE_GPU,
-                                         .compute_units = 8, .max_work_group_size = 1024,
-                                         .local_mem_size = locals[m], .local_mem_is_global = global,
-                                         .max_alloc_size = (cl_ulong)1 << 30,
-                                         .preferred_vector_width_float = 4,
-                                         .loop_iteration_cap = caps[c]};
-                    i = built(i, wg);
-                    fill_attention_tiles(&i);
-                    check_softmax_runs(&i, wg);
-                    check_attention_runs(&i, wg);
-                }
+                for (size_t c = 0; c < 2; c++)
+                    for (size_t n = 0; n < sizeof counts / sizeof counts[0]; n++) {
+                        fcl_device_info i = {
+                            .type = global ? CL_DEVICE_TYPE_CPU : CL_DEVICE_TYPE_GPU,
+                            .compute_units = 8, .max_work_group_size = 1024,
+                            .local_mem_size = locals[m], .local_mem_is_global = global,
+                            .max_alloc_size = (cl_ulong)1 << 30, .preferred_vector_width_float = 4,
+                            .loop_iteration_cap = caps[c], .local_mem_scale = (cl_uint)counts[n][0],
+                            .local_mem_reserved = counts[n][1]};
+                        i = built(i, wg);
+                        fill_attention_tiles(&i);
+                        check_softmax_runs(&i, wg);
+                        check_attention_runs(&i, wg);
+                    }
+}
+
+/* The probe's two points of a driver's local-memory count (1 and 2 KiB declared) make a
+ * scale and a reserve: the 4 bytes NVIDIA's driver adds are a reserve, not a doubling (1028
+ * bytes for 1024 rounded up to a scale of 2 once, and left MLA decoding on H100 without a
+ * tile), rusticl's doubling is a scale, and a driver that reports nothing counts as declared. */
+static void test_local_mem_count_is_fitted(void **state)
+{
+    (void)state;
+    const cl_ulong points[][4] = {/* once, twice -> scale, reserved */
+                                  {1024, 2048, 1, 0},
+                                  {1028, 2052, 1, 4},
+                                  {2048, 3072, 1, 1024},
+                                  {2048, 4096, 2, 0},
+                                  {3072, 6144, 3, 0},
+                                  {2080, 4128, 2, 32},
+                                  {0, 0, 1, 0}};
+    for (size_t k = 0; k < sizeof points / sizeof points[0]; k++) {
+        fcl_device_info i = {0};
+        fcl_fit_local_mem_count(&i, points[k][0], points[k][1]);
+        assert_int_equal(i.local_mem_scale, points[k][2]);
+        assert_int_equal(i.local_mem_reserved, points[k][3]);
+    }
+    /* H100's figures keep a tile for MLA's head dims (576). */
+    fcl_device_info h100 = nvidia_like();
+    fcl_fit_local_mem_count(&h100, 1028, 2052);
+    fill_attention_tiles(&h100);
+    assert_true(h100.attention_tiles[3].block_q > 0);
 }
 
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */
@@ -473,7 +506,8 @@ int main(void)
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
         cmocka_unit_test(test_forced_choices), cmocka_unit_test(test_loop_iteration_cap),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
-        cmocka_unit_test(test_any_limits_give_runnable_plans), cmocka_unit_test(test_tuning),
+        cmocka_unit_test(test_any_limits_give_runnable_plans),
+        cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_tuning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

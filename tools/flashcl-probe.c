@@ -84,10 +84,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     if (i->loop_iteration_cap)
         printf("  loop iterations     at most %u per work-item in all (the driver stops loops "
                "there): every plan keeps within it\n", i->loop_iteration_cap);
-    if (i->local_mem_scale > 1)
-        printf("  local memory use    counted %u times what a kernel declares (local_mem_scale): "
-               "tiles are planned within %llu bytes\n", i->local_mem_scale,
-               (unsigned long long)(i->local_mem_size / i->local_mem_scale));
+    if (i->local_mem_scale > 1 || i->local_mem_reserved)
+        printf("  local memory use    the driver counts %u x what a kernel declares + %llu bytes "
+               "(local_mem_scale, local_mem_reserved); tiles are planned within that count\n", i->local_mem_scale,
+               (unsigned long long)i->local_mem_reserved);
     printf("  kernels             %s; fused kernel uses %llu bytes of local memory\n",
            i->program_from_cache ? "loaded from the program cache"
            : i->program_cache_usable ? "compiled from source"
@@ -153,9 +153,10 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf(", \"opencl_c_version\": ");
     json_string(i->opencl_c_version);
     printf(", \"type\": \"%s\", \"compute_units\": %u", type_name(i->type), i->compute_units);
-    printf(", \"local_mem_size\": %llu, \"local_mem_type\": \"%s\", \"local_mem_scale\": %u",
+    printf(", \"local_mem_size\": %llu, \"local_mem_type\": \"%s\", \"local_mem_scale\": %u"
+           ", \"local_mem_reserved\": %llu",
            (unsigned long long)i->local_mem_size, i->local_mem_is_global ? "global" : "local",
-           i->local_mem_scale);
+           i->local_mem_scale, (unsigned long long)i->local_mem_reserved);
     printf(", \"loop_iteration_cap\": %u", i->loop_iteration_cap);
     printf(", \"global_mem_size\": %llu, \"max_alloc_size\": %llu",
            (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
