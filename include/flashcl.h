@@ -145,6 +145,13 @@ typedef struct fcl_device_info {
      * kernel (NVIDIA's driver: 4). Tiles are planned so that the built kernels fit as counted. */
     cl_uint local_mem_scale;
     cl_ulong local_mem_reserved;
+    /* NVIDIA: the compute capability as major * 10 + minor (90 on the H100); 0 elsewhere. */
+    cl_uint nv_compute_capability;
+    /* 1: attention on f16 and bf16 tensors runs on NVIDIA's tensor cores where it can
+     * (FCL_ATTENTION_PATH_MMA: compute capability 8.0 or later, the kernels built and their
+     * self-check passed); 0, with the reason in attention_mma_because, elsewhere. */
+    int attention_mma;
+    char attention_mma_because[160];
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);
@@ -384,8 +391,12 @@ FCL_API fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t 
 typedef enum fcl_attention_path {
     FCL_ATTENTION_PATH_TILE = 0,   /* query tiles in local memory (GPUs) */
     FCL_ATTENTION_PATH_DECODE = 1, /* one query per work-group (len_q <= 4 on GPUs) */
-    FCL_ATTENTION_PATH_ROWS = 2    /* a block of queries per work-item (CPUs, and any device
+    FCL_ATTENTION_PATH_ROWS = 2,   /* a block of queries per work-item (CPUs, and any device
                                       whose local memory holds no tile for the head dims) */
+    FCL_ATTENTION_PATH_MMA = 3     /* NVIDIA tensor cores (fcl_device_info.attention_mma): f16
+                                      or bf16 q, k and v, head dims up to 128 and multiples of
+                                      8, every row of q, k and v starting at a multiple of 8
+                                      elements, len_q above 4 */
 } fcl_attention_path;
 
 /* How fcl_attention would run d: the kernel, its tile shape and the number of key splits. */

@@ -12,8 +12,23 @@
      (io)->cu_seqlens_q != NULL,  (io)->cu_seqlens_kv != NULL, (io)->block_table != NULL,     \
      (io)->alibi_slopes != NULL,  (io)->sinks != NULL}
 
+/* Whether every row of q, k and v starts at a multiple of 8 elements (16 bytes of half
+ * storage), as the tensor-core kernels' copies need. */
+static int rows_aligned8(const fcl_attention_params *p)
+{
+    const cl_ulong at[] = {p->q_offset, p->q_batch, p->q_head, p->q_token,
+                           p->k_offset, p->k_batch, p->k_head, p->k_token,
+                           p->v_offset, p->v_batch, p->v_head, p->v_token};
+    cl_ulong any = 0;
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+        any |= at[i];
+    return any % 8 == 0;
+}
+
 static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l)
 {
+    if (fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l))
+        return FCL_SUCCESS;
     if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                         "attention with head dims (%zu, %zu), len_kv %zu on this device: %s",
@@ -27,6 +42,7 @@ const char *fcl_attention_path_name(fcl_attention_path p)
     case FCL_ATTENTION_PATH_TILE: return "tile";
     case FCL_ATTENTION_PATH_DECODE: return "decode";
     case FCL_ATTENTION_PATH_ROWS: return "rows";
+    case FCL_ATTENTION_PATH_MMA: return "mma";
     }
     return "unknown";
 }
@@ -161,12 +177,16 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
     fcl_attention_params p = pr->params;
     /* The kernel compiled for the fewest features that cover the call (ALL covers every
      * call, and is built wherever the path is). */
-    cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
-                                           : ctx->attention[l->bucket][l->path];
     cl_kernel kern = NULL;
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS && !kern; v++)
-        if (!(p.flags & ~(cl_uint)fcl_attention_variant_features(v)))
-            kern = kernels[v];
+    if (l->path == FCL_ATTENTION_PATH_MMA) {
+        kern = ctx->attention_mma[l->bucket][d->dtype_q == FCL_DTYPE_BF16];
+    } else {
+        cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
+                                               : ctx->attention[l->bucket][l->path];
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS && !kern; v++)
+            if (!(p.flags & ~(cl_uint)fcl_attention_variant_features(v)))
+                kern = kernels[v];
+    }
     cl_event first = NULL;
     cl_int err = CL_SUCCESS;
     const size_t rows = d->batch * d->heads_q * d->len_q;

@@ -212,6 +212,16 @@ static int has_extension(const char *all, const char *ext)
     return 0;
 }
 
+/* NVIDIA's compute capability (cl_nv_device_attribute_query's CL_DEVICE_COMPUTE_CAPABILITY_
+ * MAJOR_NV and _MINOR_NV), as major * 10 + minor; left 0 where the driver does not answer. */
+static void query_compute_capability(cl_device_id dev, fcl_device_info *info)
+{
+    cl_uint major = 0, minor = 0;
+    if (clGetDeviceInfo(dev, 0x4000, sizeof major, &major, NULL) == CL_SUCCESS &&
+        clGetDeviceInfo(dev, 0x4001, sizeof minor, &minor, NULL) == CL_SUCCESS)
+        info->nv_compute_capability = major * 10 + minor;
+}
+
 fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 {
     cl_platform_id platform = NULL;
@@ -245,6 +255,8 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
         query_text(&p, CL_DEVICE_EXTENSIONS, "clGetDeviceInfo(CL_DEVICE_EXTENSIONS)");
     info->has_fp16 = has_extension(extensions, "cl_khr_fp16");
     info->has_fp64 = has_extension(extensions, "cl_khr_fp64");
+    if (has_extension(extensions, "cl_nv_device_attribute_query"))
+        query_compute_capability(dev, info);
     free(extensions);
     /* Every property above shapes the plan or the cache key: none is guessed. */
     if (p.err != CL_SUCCESS)

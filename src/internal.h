@@ -22,6 +22,7 @@
  * first: kernel names end in "", "_mod" and "_all". The decode kernel has no _mod build and
  * the rows kernel only _all: their other slots stay NULL. */
 enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
+#define FCL_MMA_BUCKETS 2 /* the tensor-core path's head-dim buckets: up to 64 and 128 */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -43,6 +44,10 @@ struct fcl_context {
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
+    /* The tensor-core kernels (cl/attention_mma_nv.cl, their own program), per bucket up to
+     * head dims 128 and storage type (f16, bf16); NULL where not built. */
+    cl_program mma_program;
+    cl_kernel attention_mma[FCL_MMA_BUCKETS][2];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
@@ -69,6 +74,8 @@ void fcl_record_cl_failure(fcl_context *ctx, cl_int err, const char *fmt, ...)
 const char *fcl_cl_error_name(cl_int err);
 /* Appends text to ctx's (or the thread's) last error, for build logs. */
 void fcl_append_error(fcl_context *ctx, const char *text);
+/* Forgets ctx's last error (after a failure flashcl recovered from on its own). */
+void fcl_clear_error(fcl_context *ctx);
 
 /* ---- context.c ---- */
 size_t fcl_dtype_size(fcl_dtype t);
@@ -107,6 +114,8 @@ void fcl_release_kernels(fcl_context *ctx);
 /* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
  * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
+/* The tensor-core program (cl/attention_mma_nv.cl, the same on every such device). */
+char *fcl_mma_kernel_source(void);
 
 /* ---- cache.c: the on-disk program-binary cache ---- */
 /* A 64-bit FNV-1a-style hash over words, chained through h (start with FCL_HASH_INIT):
@@ -146,6 +155,7 @@ typedef struct fcl_tuning {
     size_t attention_group;    /* most work-items of a tile work-group (16, 32, 64); 0: as
                                   many as the kernels allow */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
+    int attention_mma;         /* 0: no tensor-core path even where the device has one */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
@@ -197,6 +207,10 @@ size_t fcl_attention_tile_items_q(size_t work_group_size);
 void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                              size_t max_accumulators, size_t work_group_limit,
                              struct fcl_attention_tile *tile);
+/* Whether to build the tensor-core path (cl/attention_mma_nv.cl) for this device: 1, or 0
+ * with the reason in because. */
+int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
+                 size_t cap);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
@@ -219,6 +233,12 @@ typedef struct fcl_attention_launch {
  * local memory nor a large work-group). */
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
+/* The tensor-core launch for d where that path takes it (info->attention_mma, f16 or bf16 q,
+ * k and v, head dims up to 128 in multiples of 8, len_q above FCL_ATTENTION_DECODE_MAX_Q, and
+ * rows_aligned: every row of q, k and v at a multiple of 8 elements, for its 16-byte copies);
+ * returns 0 where it does not, and the caller plans the portable path. */
+int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
+                           int rows_aligned, fcl_attention_launch *launch);
 
 /* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which

@@ -116,6 +116,10 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->attention_rows = (int)v;
         return 1;
     }
+    if (strcmp(key, "attention_mma") == 0 && v <= 1) {
+        t->attention_mma = (int)v;
+        return 1;
+    }
     return 0;
 }
 
@@ -146,6 +150,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
      * llvm.experimental.noalias.scope.decl that forced inlining of struct-returning helpers
      * leaves; it needs no speed. */
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
+    t->attention_mma = 1;
     snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
              overrides && *overrides ? " + FLASHCL_TUNE" : "");
     if (!overrides || !*overrides)
@@ -166,7 +171,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1>, attention_group=<16, 32 or 64> or "
+                            "attention_rows=<0 or 1>, attention_mma=<0 or 1>, "
+                            "attention_group=<16, 32 or 64> or "
                             "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 16x16, 8x16, 8x8, "
                             "4x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
@@ -548,6 +554,49 @@ static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size
     return 1;
 }
 
+/* A launch of path with blocks of bq queries and bk keys: the key splits that fill the
+ * device (within the scratch memory and the loop cap) and the work-groups. */
+static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_desc *d,
+                              fcl_attention_path path, int bucket, size_t bq, size_t bk,
+                              size_t work_group_size, fcl_attention_launch *launch)
+{
+    const int decode = path == FCL_ATTENTION_PATH_DECODE;
+    size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
+    size_t heads_step = decode ? decode_heads_step(d) : 1;
+    size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
+    size_t fill = (size_t)info->compute_units *
+                  (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
+                   : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
+    size_t min_tiles = decode ? ceil_div(FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT, bk)
+                              : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
+    size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
+    size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
+    size_t groups = 0;
+    loop_cost cost = path_loop_cost(info, path, bucket, bq, bk, work_group_size);
+    launch->refusal = "its steps need more loop iterations than the driver allows a work-item "
+                      "(loop_iteration_cap), even in the most key splits";
+    if (!fit_attention_loop_cap(info, cost, kv_tiles, work, &splits, &groups))
+        return FCL_ERROR_UNSUPPORTED;
+    launch->refusal = NULL;
+
+    launch->bucket = bucket;
+    launch->path = path;
+    launch->block_q = bq;
+    launch->block_kv = bk;
+    launch->q_tiles = q_tiles;
+    launch->heads_step = heads_step;
+    launch->work = work;
+    /* len_kv >= 1 and 1 <= splits <= kv_tiles, so a split has at least one tile. */
+    size_t tiles_per_split = ceil_div(kv_tiles, splits);
+    launch->split_len = tiles_per_split * bk;
+    launch->splits = ceil_div(kv_tiles, tiles_per_split); /* no empty split */
+    if (groups < max_groups)
+        groups = max_groups ? max_groups : 1;
+    launch->groups = min_size(work * launch->splits, groups);
+    launch->work_group_size = work_group_size;
+    return FCL_SUCCESS;
+}
+
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch)
 {
@@ -573,42 +622,39 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->refusal = "the kernels for this device were not built";
     if (bq == 0 || bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
-    size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
-    size_t heads_step = decode ? decode_heads_step(d) : 1;
-    size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
-    size_t fill = (size_t)info->compute_units *
-                  (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
-                   : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
-    size_t min_tiles = decode ? ceil_div(FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT, bk)
-                              : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
-    size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
-    size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
-    size_t groups = 0;
-    loop_cost cost = path_loop_cost(info, path, bucket, bq, bk, tile->work_group_size);
-    launch->refusal = "its steps need more loop iterations than the driver allows a work-item "
-                      "(loop_iteration_cap), even in the most key splits";
-    if (!fit_attention_loop_cap(info, cost, kv_tiles, work, &splits, &groups))
-        return FCL_ERROR_UNSUPPORTED;
-    launch->refusal = NULL;
+    return plan_launch(info, d, path, bucket, bq, bk,
+                       path == FCL_ATTENTION_PATH_ROWS     ? 1
+                       : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
+                                                           : tile->work_group_size,
+                       launch);
+}
 
-    launch->bucket = bucket;
-    launch->path = path;
-    launch->block_q = bq;
-    launch->block_kv = bk;
-    launch->q_tiles = q_tiles;
-    launch->heads_step = heads_step;
-    launch->work = work;
-    /* len_kv >= 1 and 1 <= splits <= kv_tiles, so a split has at least one tile. */
-    size_t tiles_per_split = ceil_div(kv_tiles, splits);
-    launch->split_len = tiles_per_split * bk;
-    launch->splits = ceil_div(kv_tiles, tiles_per_split); /* no empty split */
-    if (groups < max_groups)
-        groups = max_groups ? max_groups : 1;
-    launch->groups = min_size(work * launch->splits, groups);
-    launch->work_group_size = path == FCL_ATTENTION_PATH_ROWS     ? 1
-                              : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
-                                                                  : tile->work_group_size;
-    return FCL_SUCCESS;
+int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because, size_t cap)
+{
+    const unsigned cc = info->nv_compute_capability;
+    if (!tuning->attention_mma)
+        snprintf(because, cap, "switched off (FLASHCL_TUNE=attention_mma=0)");
+    else if (!cc)
+        snprintf(because, cap, "not an NVIDIA GPU that reports its compute capability");
+    else if (cc < 80)
+        snprintf(because, cap, "compute capability %u.%u: the kernels need 8.0 (mma.sync with bf16, "
+                 "cp.async)", cc / 10, cc % 10);
+    else
+        return 1;
+    return 0;
+}
+
+int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
+                           int rows_aligned, fcl_attention_launch *launch)
+{
+    const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
+    const int half = d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_BF16;
+    if (!info->attention_mma || !rows_aligned || !half || d->dtype_kv != d->dtype_q ||
+        bucket < 0 || bucket >= FCL_MMA_BUCKETS || d->head_dim % 8 || d->head_dim_v % 8 ||
+        d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
+        return 0;
+    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket, FA_MMA_BQ, FA_MMA_BK,
+                       FA_MMA_WARPS * 32, launch) == FCL_SUCCESS;
 }
 
 size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l)

@@ -19,6 +19,8 @@ extern const char fcl_cl_attention_tile[];
 extern const char fcl_cl_attention_decode[];
 extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
+extern const char fcl_cl_attention_mma_nv[];
+extern const char fcl_cl_mma_check_nv[];
 
 #define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
 
@@ -213,35 +215,36 @@ static fcl_status build_from_source(fcl_context *ctx, const char *options, const
     return FCL_SUCCESS;
 }
 
-/* The program for one work-group size, from the cache when it holds a valid binary. */
-static fcl_status load_or_build(fcl_context *ctx, const kernel_plan *plan, const build_setup *setup)
+/* *program built from source (the caller's, freed here), from the cache when it holds a
+ * valid binary; *from_cache says which. */
+static fcl_status load_or_build(fcl_context *ctx, char *source, const build_setup *setup,
+                                cl_program *program, int *from_cache)
 {
     fcl_status s = FCL_ERROR_OUT_OF_HOST_MEMORY;
     char path[4096];
     char *identity = NULL;
-    char *source = program_source(plan);
     if (!source)
         return fcl_fail(ctx, s, "no host memory for the kernel source");
     const char *cache_dir = setup->cache_dir;
     int use_cache = cache_dir && (identity = fcl_cache_identity(&ctx->info, setup->options, source)) &&
                     fcl_cache_path(path, sizeof path, cache_dir, identity) == 0;
 
-    ctx->info.program_from_cache = 0;
+    *from_cache = 0;
     if (use_cache) {
         size_t len = 0;
         unsigned char *binary = fcl_cache_load(path, identity, &len);
         if (binary) {
-            ctx->program = build_from_binary(ctx, setup->options, binary, len);
-            ctx->info.program_from_cache = ctx->program != NULL;
+            *program = build_from_binary(ctx, setup->options, binary, len);
+            *from_cache = *program != NULL;
             free(binary);
         }
     }
     s = FCL_SUCCESS;
-    if (!ctx->program) {
-        s = build_from_source(ctx, setup->options, source, &ctx->program);
+    if (!*program) {
+        s = build_from_source(ctx, setup->options, source, program);
         if (s == FCL_SUCCESS && use_cache) {
             size_t len = 0;
-            unsigned char *binary = program_binary(ctx->program, &len);
+            unsigned char *binary = program_binary(*program, &len);
             if (binary)
                 fcl_cache_store(cache_dir, path, identity, binary, len);
             free(binary);
@@ -257,6 +260,18 @@ static void release_kernel(cl_kernel *k)
     if (*k)
         clReleaseKernel(*k);
     *k = NULL;
+}
+
+/* The tensor-core kernels and their program. */
+static void release_mma_kernels(fcl_context *ctx)
+{
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int t = 0; t < 2; t++)
+            release_kernel(&ctx->attention_mma[b][t]);
+    if (ctx->mma_program) {
+        clReleaseProgram(ctx->mma_program);
+        ctx->mma_program = NULL;
+    }
 }
 
 void fcl_release_kernels(fcl_context *ctx)
@@ -277,16 +292,17 @@ void fcl_release_kernels(fcl_context *ctx)
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
     }
+    release_mma_kernels(ctx);
 }
 
 /* Creates one kernel; reports the work-group size and local memory it allows and uses. */
-static fcl_status create_kernel(fcl_context *ctx, const char *name, cl_kernel *out, size_t *wg,
-                                cl_ulong *local)
+static fcl_status create_kernel(fcl_context *ctx, cl_program program, const char *name,
+                                cl_kernel *out, size_t *wg, cl_ulong *local)
 {
     cl_int err;
     *wg = 0;
     *local = 0;
-    *out = clCreateKernel(ctx->program, name, &err);
+    *out = clCreateKernel(program, name, &err);
     if (err != CL_SUCCESS)
         return fcl_fail_cl(ctx, err, "clCreateKernel(%s)", name);
     /* The plan is checked against these: a guess could launch work-groups the kernel cannot
@@ -315,7 +331,7 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
             if (k == FCL_K_SOFTMAX_BLOCK && !plan->block_items)
                 continue;
             snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
-            fcl_status s = create_kernel(ctx, name, &ctx->softmax[dt][k], &wg, &local);
+            fcl_status s = create_kernel(ctx, ctx->program, name, &ctx->softmax[dt][k], &wg, &local);
             if (s != FCL_SUCCESS)
                 return s;
             if (wg && wg < ctx->info.kernel_work_group_size)
@@ -330,10 +346,10 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
 /* Creates one kernel of a bucket and checks it against the device: where its local memory or
  * work-group does not fit, it is released and *fits is 0, with the work-group it allows in
  * *wg. */
-static fcl_status create_fitting(fcl_context *ctx, const char *name, cl_kernel *k, size_t group,
-                                 int *fits, size_t *wg, cl_ulong *local)
+static fcl_status create_fitting(fcl_context *ctx, cl_program program, const char *name,
+                                 cl_kernel *k, size_t group, int *fits, size_t *wg, cl_ulong *local)
 {
-    fcl_status s = create_kernel(ctx, name, k, wg, local);
+    fcl_status s = create_kernel(ctx, program, name, k, wg, local);
     *fits = s == FCL_SUCCESS && *local <= ctx->info.local_mem_size && *wg >= group;
     if (s == FCL_SUCCESS && !*fits)
         release_kernel(k);
@@ -382,7 +398,7 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
         snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
                  fcl_attention_variant_suffix(v));
-        s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
+        s = create_fitting(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
                            tile->work_group_size, &fits, &wg, &local);
         most_local = local > most_local ? local : most_local;
     }
@@ -401,12 +417,12 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
             continue;
         const char *suffix = fcl_attention_variant_suffix(v);
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
-        s = create_fitting(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
+        s = create_fitting(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
                            &fits, &wg, &local);
         snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
                  FA_DEC_HEADS);
         if (s == FCL_SUCCESS && fits)
-            s = create_fitting(ctx, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,
+            s = create_fitting(ctx, ctx->program, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,
                                &wg, &local);
     }
     if (s == FCL_SUCCESS && !fits)
@@ -431,7 +447,7 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         } else {
             char name[40];
             snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
-            s = create_kernel(ctx, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL],
+            s = create_kernel(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL],
                               &wg, &local);
         }
         ctx->info.attention_tiles[b] = plan->tile[b];
@@ -442,11 +458,124 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
     cl_kernel *merges[] = {&ctx->attention_merge_splits, &ctx->attention_merge_parts};
     ctx->merge_work_group = FA_MERGE_LWS;
     for (int i = 0; i < 2 && s == FCL_SUCCESS; i++) {
-        s = create_kernel(ctx, merge_names[i], merges[i], &wg, &local);
+        s = create_kernel(ctx, ctx->program, merge_names[i], merges[i], &wg, &local);
         if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
             ctx->merge_work_group = wg ? wg : 1;
     }
     return s;
+}
+
+/* ---- the tensor-core path: its own program, so that a driver which cannot build or run
+ * it leaves the portable kernels as they are ---- */
+
+char *fcl_mma_kernel_source(void)
+{
+    static const char *const types[2] = {"f16", "bf16"};
+    text t = {0};
+    text_add(&t, "/* flashcl's tensor-core program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+             fcl_cl_attention_args, fcl_cl_attention_common);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int ty = 0; ty < 2; ty++)
+            text_add(&t, "#define FA_NAME mma_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+                         "#define FA_FEATURES 0x%xu\n#line 1 \"attention_mma_nv.cl\"\n%s\n"
+                         "#undef FA_NAME\n#undef FA_D\n#undef FA_MMA_T\n#undef FA_FEATURES\n",
+                     fcl_attention_bucket_dim(b), types[ty], fcl_attention_bucket_dim(b), types[ty],
+                     FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+    text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
+
+/* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
+ * small integers, D = A B with 16 x 16 x 8 elements. */
+static float mma_check_product(unsigned i, unsigned n)
+{
+    int sum = 0;
+    for (unsigned k = 0; k < 16; k++)
+        sum += ((int)((i + 2 * k) % 5) - 2) * ((int)((3 * k + n) % 7) - 3);
+    return (float)sum;
+}
+
+/* Runs fcl_mma_check once: 1 where every lane's accumulators hold the host's product (lane
+ * 4g + t holds rows g and g + 8, columns 2t and 2t + 1). */
+static int mma_check_passes(fcl_context *ctx)
+{
+    cl_int err;
+    float got[32 * 8];
+    const size_t lanes = 32;
+    int passes = 0;
+    cl_kernel check = clCreateKernel(ctx->mma_program, "fcl_mma_check", &err);
+    cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err)
+                                   : NULL;
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(check, 0, sizeof out, &out);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(ctx->queue, check, 1, NULL, &lanes, &lanes, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(ctx->queue, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        passes = 1;
+        for (unsigned lane = 0; lane < 32; lane++)
+            for (unsigned e = 0; e < 8; e++) /* f16's four accumulators, then bf16's */
+                passes &= got[lane * 8 + e] ==
+                          mma_check_product(lane / 4 + (e % 4 >= 2 ? 8 : 0), 2 * (lane % 4) + e % 2);
+    }
+    if (out)
+        clReleaseMemObject(out);
+    if (check)
+        clReleaseKernel(check);
+    return passes;
+}
+
+/* Builds the tensor-core kernels where the planner wants them and they pass the self-check;
+ * elsewhere info.attention_mma stays 0 with the reason, and nothing fails but running out of
+ * host memory: the portable kernels serve. */
+static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
+                                    const fcl_tuning *tuning)
+{
+    char *because = ctx->info.attention_mma_because;
+    const size_t cap = sizeof ctx->info.attention_mma_because;
+    int from_cache, fits = 1;
+    ctx->info.attention_mma = 0;
+    if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
+        return FCL_SUCCESS;
+    fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, &from_cache);
+    for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
+        for (int ty = 0; ty < 2 && s == FCL_SUCCESS && fits; ty++) {
+            char name[40];
+            size_t wg;
+            cl_ulong local;
+            snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
+                     ty ? "bf16" : "f16");
+            s = create_fitting(ctx, ctx->mma_program, name, &ctx->attention_mma[b][ty],
+                               FA_MMA_WARPS * 32, &fits, &wg, &local);
+            if (s == FCL_SUCCESS && !fits)
+                snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local "
+                         "memory; it needs %d and the device has %llu", name, wg,
+                         (unsigned long long)local, FA_MMA_WARPS * 32,
+                         (unsigned long long)ctx->info.local_mem_size);
+        }
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
+        release_mma_kernels(ctx);
+        return s;
+    }
+    if (s != FCL_SUCCESS) {
+        snprintf(because, cap, "its kernels did not build: %.100s", fcl_context_last_error(ctx));
+        fcl_clear_error(ctx);
+    } else if (fits && !mma_check_passes(ctx)) {
+        snprintf(because, cap, "its self-check (one mma.sync per storage type) did not give the "
+                 "host's product");
+    } else if (fits) {
+        ctx->info.attention_mma = 1;
+        because[0] = '\0';
+    }
+    if (!ctx->info.attention_mma)
+        release_mma_kernels(ctx);
+    return FCL_SUCCESS;
 }
 
 /* The plan before the build: the tuning for the device, within what it reports. */
@@ -512,7 +641,8 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
      * makes a rebuild with the largest size that fits. The loop ends: each round shrinks. */
     for (;;) {
         int rebuild = 0;
-        fcl_status s = load_or_build(ctx, &plan, &setup);
+        fcl_status s = load_or_build(ctx, program_source(&plan), &setup, &ctx->program,
+                                     &ctx->info.program_from_cache);
         if (s == FCL_SUCCESS)
             s = create_softmax_kernels(ctx, &plan);
         if (s == FCL_SUCCESS)
@@ -538,5 +668,8 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     ctx->info.softmax_block_cols = plan.work_group_size * plan.block_items;
     ctx->info.attention_rows_per_item = tuning.attention_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
-    return FCL_SUCCESS;
+    fcl_status s = build_mma_kernels(ctx, &setup, &tuning);
+    if (s != FCL_SUCCESS)
+        fcl_release_kernels(ctx);
+    return s;
 }

@@ -89,6 +89,13 @@ void fcl_record_cl_failure(fcl_context *ctx, cl_int err, const char *fmt, ...)
 
 void fcl_append_error(fcl_context *ctx, const char *text) { record_error(ctx, text, 1); }
 
+void fcl_clear_error(fcl_context *ctx)
+{
+    pthread_mutex_lock(&ctx->error_lock);
+    ctx->last_error[0] = '\0';
+    pthread_mutex_unlock(&ctx->error_lock);
+}
+
 #define FCL_CL_ERROR_LIST(X)                                                                \
     X(CL_DEVICE_NOT_FOUND) X(CL_DEVICE_NOT_AVAILABLE) X(CL_COMPILER_NOT_AVAILABLE)          \
     X(CL_MEM_OBJECT_ALLOCATION_FAILURE) X(CL_OUT_OF_RESOURCES) X(CL_OUT_OF_HOST_MEMORY)     \

@@ -299,7 +299,9 @@ static size_t lse_index(const attention_run *r, const chk_attention_where *w, si
 
 /* Runs r through fcl_attention_run_host and checks every row of every sequence against the
  * reference, the untouched parts of out and lse, and the inputs. */
-void check_attention_run(attention_run *r)
+void check_attention_run(attention_run *r) { check_attention_run_on(support_ctx, r); }
+
+void check_attention_run_on(fcl_context *ctx, attention_run *r)
 {
     const fcl_attention_desc d = chk_attention_defaults(r->d);
     const size_t so = chk_dtype_size(d.dtype_o);
@@ -319,10 +321,9 @@ void check_attention_run(attention_run *r)
     fcl_attention_host_io io = r->io;
     io.out = out;
     io.lse = r->lse_n ? lse : NULL;
-    fcl_status s = fcl_attention_run_host(support_ctx, &r->d, &io);
+    fcl_status s = fcl_attention_run_host(ctx, &r->d, &io);
     if (s != FCL_SUCCESS)
-        fail_msg("fcl_attention_run_host: %s: %s", fcl_status_string(s),
-                 fcl_context_last_error(support_ctx));
+        fail_msg("fcl_attention_run_host: %s: %s", fcl_status_string(s), fcl_context_last_error(ctx));
 
     size_t rows = 0;
     for (size_t b = 0; b < d.batch; b++)

@@ -78,6 +78,7 @@ typedef struct attention_run {
  * float64 reference, that nothing outside out's view and lse's rows was written, and that
  * no input changed. */
 void check_attention_run(attention_run *r);
+void check_attention_run_on(fcl_context *ctx, attention_run *r); /* the same on ctx */
 /* n random values of type t (malloc'd, never NULL). */
 void *test_tensor(size_t n, fcl_dtype t);
 /* Contiguous q, k, v (in layout, capacities len_q and len_kv), out and lse for r->d. */

@@ -452,6 +452,58 @@ static void test_local_mem_count_is_fitted(void **state)
     assert_true(h100.attention_tiles[3].block_q > 0);
 }
 
+/* The tensor-core path: built for NVIDIA GPUs of compute capability 8.0 and later unless
+ * switched off, and planned for the calls its kernels take, in blocks of 64 x 64. */
+static void test_mma_path_rules(void **state)
+{
+    (void)state;
+    fcl_device_info nv = nvidia_like();
+    fcl_tuning t;
+    char because[160];
+    assert_int_equal(fcl_tuning_for(NULL, &nv, NULL, &t), FCL_SUCCESS);
+    assert_false(fcl_plan_mma(&nv, &t, because, sizeof because)); /* no capability reported */
+    nv.nv_compute_capability = 75;
+    assert_false(fcl_plan_mma(&nv, &t, because, sizeof because));
+    assert_non_null(strstr(because, "7.5"));
+    nv.nv_compute_capability = 90;
+    assert_true(fcl_plan_mma(&nv, &t, because, sizeof because));
+    assert_int_equal(fcl_tuning_for(NULL, &nv, "attention_mma=0", &t), FCL_SUCCESS);
+    assert_false(fcl_plan_mma(&nv, &t, because, sizeof because));
+    assert_non_null(strstr(because, "attention_mma=0"));
+
+    fill_attention_tiles(&nv);
+    const fcl_attention_desc f16 = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1000,
+                                    .len_kv = 1000, .head_dim = 128, .head_dim_v = 128,
+                                    .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16};
+    fcl_attention_launch l;
+    assert_false(fcl_plan_attention_mma(&nv, &f16, 1, &l)); /* the kernels were not built */
+    nv.attention_mma = 1;
+    assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l));
+    assert_int_equal(l.path, FCL_ATTENTION_PATH_MMA);
+    assert_true(l.block_q == 64 && l.block_kv == 64 && l.work_group_size == 128 && l.bucket == 1);
+    assert_int_equal(l.q_tiles, 16);
+    fcl_attention_desc d = f16;
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_BF16;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l));
+    d.head_dim = d.head_dim_v = 64;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0);
+    assert_false(fcl_plan_attention_mma(&nv, &f16, 0, &l)); /* rows not at multiples of 8 */
+    const fcl_attention_desc refused[] = {
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .head_dim_v = 64},
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .head_dim_v = 64, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 256,
+         .head_dim_v = 256, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .head_dim_v = 60, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 4, .len_kv = 100, .head_dim = 64,
+         .head_dim_v = 64, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        assert_false(fcl_plan_attention_mma(&nv, &refused[i], 1, &l));
+}
+
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */
 static void test_tuning(void **state)
 {
@@ -490,7 +542,9 @@ static void test_tuning(void **state)
     assert_int_equal(fcl_tuning_for(NULL, &cpu, "attention_group=32", &t), FCL_SUCCESS);
     assert_int_equal(t.attention_group, 32);
 
+    assert_int_equal(t.attention_mma, 1);
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
+                         "attention_mma=2",
                          "softmax_rows=2", "attention_rows=x", "attention_group=8",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -507,7 +561,8 @@ int main(void)
         cmocka_unit_test(test_forced_choices), cmocka_unit_test(test_loop_iteration_cap),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
         cmocka_unit_test(test_any_limits_give_runnable_plans),
-        cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_tuning),
+        cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_mma_path_rules),
+        cmocka_unit_test(test_tuning),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

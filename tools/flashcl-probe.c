@@ -50,7 +50,7 @@ static fcl_softmax_algo example_plan(fcl_context *ctx, size_t e)
 static const size_t attention_examples[][6] = {
     /* batch x heads, len_q, len_kv, head_dim, head_dim_v (0: head_dim), heads per kv head:
      * prefill, decode (GQA 32/8 over a 16-token paged cache: the engine preset of
-     * flashcl-bench), MLA decode */
+     * flashcl-bench), MLA decode; all in f16, as inference engines store them */
     {64, 4096, 4096, 64, 0, 1}, {64, 4096, 4096, 128, 0, 1}, {256, 1, 32768, 128, 0, 4},
     {128, 1, 8192, 576, 512, 16}};
 #define N_ATTENTION_EXAMPLES (sizeof attention_examples / sizeof attention_examples[0])
@@ -60,7 +60,8 @@ static fcl_status attention_example_plan(fcl_context *ctx, size_t e, fcl_attenti
 {
     const size_t *x = attention_examples[e];
     fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .heads_kv = x[0] / x[5], .len_q = x[1],
-                            .len_kv = x[2], .head_dim = x[3], .head_dim_v = x[4]};
+                            .len_kv = x[2], .head_dim = x[3], .head_dim_v = x[4],
+                            .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16};
     memset(p, 0, sizeof *p);
     return fcl_attention_plan(ctx, &d, p);
 }
@@ -107,6 +108,12 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_EXAMPLES; e++)
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
+    if (i->attention_mma)
+        printf("  tensor cores        attention on f16 and bf16 (compute capability %u.%u; "
+               "FLASHCL_TUNE=attention_mma=0 turns it off)\n",
+               i->nv_compute_capability / 10, i->nv_compute_capability % 10);
+    else
+        printf("  tensor cores        not used: %s\n", i->attention_mma_because);
     printf("  attention tiles\n");
     for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
         const struct fcl_attention_tile *t = &i->attention_tiles[b];
@@ -128,7 +135,7 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p;
         const size_t *x = attention_examples[e];
-        printf("    heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> ", x[0], x[0] / x[5],
+        printf("    f16, heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> ", x[0], x[0] / x[5],
                x[1], x[2], x[3], x[4] ? x[4] : x[3]);
         if (attention_example_plan(ctx, e, &p) != FCL_SUCCESS)
             printf("refused: %s\n", fcl_context_last_error(ctx));
@@ -158,6 +165,9 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
            (unsigned long long)i->local_mem_size, i->local_mem_is_global ? "global" : "local",
            i->local_mem_scale, (unsigned long long)i->local_mem_reserved);
     printf(", \"loop_iteration_cap\": %u", i->loop_iteration_cap);
+    printf(", \"nv_compute_capability\": %u, \"attention_mma\": %s, \"attention_mma_because\": ",
+           i->nv_compute_capability, i->attention_mma ? "true" : "false");
+    json_string(i->attention_mma_because);
     printf(", \"global_mem_size\": %llu, \"max_alloc_size\": %llu",
            (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
     printf(", \"max_work_group_size\": %zu, \"kernel_work_group_size\": %zu",

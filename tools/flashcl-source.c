@@ -1,6 +1,8 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
- * (.ci/amd-offline-check.sh). Internal: built from the static library, not installed. */
+ * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the tensor-core program
+ * of NVIDIA GPUs of compute capability 8.0 and later. Internal: built from the static
+ * library, not installed. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -27,6 +29,14 @@ static const struct preset {
 int main(int argc, char **argv)
 {
     const char *target = argc > 1 ? argv[1] : "";
+    if (strcmp(target, "sm_80-mma") == 0) { /* the tensor-core program (NVIDIA, 8.0 and later) */
+        char *src = fcl_mma_kernel_source();
+        if (!src)
+            return 1;
+        printf("/* flashcl %s tensor-core kernels */\n%s", fcl_version_string(), src);
+        free(src);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         if (strcmp(target, presets[i].name) != 0)
             continue;
@@ -40,6 +50,6 @@ int main(int argc, char **argv)
         free(src);
         return 0;
     }
-    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90\n");
+    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90|sm_80-mma\n");
     return 2;
 }

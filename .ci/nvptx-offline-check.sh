@@ -1,0 +1,34 @@
+#!/bin/sh
+# NVIDIA offline compile check of the tensor-core program (cl/attention_mma_nv.cl, with its
+# inline PTX mma.sync, ldmatrix, cp.async and shfl.sync): Debian's clang-15 compiles it for
+# sm_80 (nvptx64-nvidia-nvcl, OpenCL's NVIDIA target) with the assembler strings in place;
+# every kernel must come out, with no local-memory frame (a spilled fragment array would be
+# one) and its mma.sync instructions all unrolled. NVIDIA's own compiler (ptxas) runs on the
+# GPU machine: scripts/gpu-check.sh.
+# usage: nvptx-offline-check.sh BUILD_DIR
+set -eu
+build=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$build/tools/flashcl-source" sm_80-mma > "$tmp/mma.cl"
+if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 \
+    -O2 -S -o "$tmp/mma.ptx" "$tmp/mma.cl" 2> "$tmp/log"; then
+  cat "$tmp/log" >&2
+  echo "nvptx-offline-check: the tensor-core kernels did not compile" >&2
+  exit 1
+fi
+status=0
+for k in attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 attention_mma_d128_bf16 fcl_mma_check; do
+  grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }
+done
+if grep -q "__local_depot" "$tmp/mma.ptx"; then
+  echo "nvptx-offline-check: a kernel keeps an array in local (spill) memory" >&2
+  status=1
+fi
+# S = q K^T and O += P V of one tile, fully unrolled: (64/8) x (D/16) + 4 x (D/8) mma.sync per
+# kernel, 64 at D = 64 and 128 at D = 128, for f16 and bf16; and 2 in the self-check (a loop
+# the compiler did not unroll would leave fewer).
+mmas=$(grep -c "mma.sync.aligned.m16n8k16" "$tmp/mma.ptx")
+[ "$mmas" -ge $((2 * (64 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 386 or more" >&2; status=1; }
+echo "nvptx-offline-check: 5 kernels, $mmas mma.sync, no local-memory frame"
+exit "$status"

@@ -1,0 +1,206 @@
+/* The vendor fast paths against the portable path and the float64 reference, on the device
+ * the tests run on: attention on NVIDIA's tensor cores (FCL_ATTENTION_PATH_MMA,
+ * cl/attention_mma_nv.cl). Each call runs twice, on the test context (the fast path where the
+ * device has it) and on a context with it switched off (FLASHCL_TUNE=attention_mma=0): both
+ * must match the reference, and each other. Elsewhere the same calls check that the path is
+ * off and says why. */
+#define _POSIX_C_SOURCE 200809L /* setenv, strdup */
+#include "support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A context like the test's, with the tensor-core path switched off. */
+static fcl_context *portable_context(void)
+{
+    const char *tune = getenv("FLASHCL_TUNE");
+    char *saved = tune ? strdup(tune) : NULL;
+    char off[512];
+    snprintf(off, sizeof off, "%s%sattention_mma=0", tune ? tune : "", tune && *tune ? "," : "");
+    setenv("FLASHCL_TUNE", off, 1);
+    fcl_context *ctx = NULL;
+    fcl_status s = fcl_context_create(NULL, &ctx);
+    if (saved)
+        setenv("FLASHCL_TUNE", saved, 1);
+    else
+        unsetenv("FLASHCL_TUNE");
+    free(saved);
+    if (s != FCL_SUCCESS)
+        fail_msg("a context without the tensor cores: %s", fcl_context_last_error(NULL));
+    return ctx;
+}
+
+/* Whether this device should run f16 and bf16 attention on its tensor cores. */
+static int mma_expected(void)
+{
+    const char *tune = getenv("FLASHCL_TUNE");
+    return support_info.nv_compute_capability >= 80 && !(tune && strstr(tune, "attention_mma=0"));
+}
+
+static fcl_attention_path path_of(fcl_context *ctx, const fcl_attention_desc *d)
+{
+    fcl_attention_plan_info p;
+    if (fcl_attention_plan(ctx, d, &p) != FCL_SUCCESS)
+        fail_msg("fcl_attention_plan: %s", fcl_context_last_error(ctx));
+    return p.path;
+}
+
+/* r on both contexts, each against the reference, and the two outputs against each other
+ * (float32 out, the storage types' tolerance). */
+static void check_both(fcl_context *portable, attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    assert_int_equal(path_of(support_ctx, &r->d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    assert_int_not_equal(path_of(portable, &r->d), FCL_ATTENTION_PATH_MMA);
+    check_attention_run(r);
+    check_attention_run_on(portable, r);
+    float *fast = calloc(r->out_n, sizeof(float)), *slow = calloc(r->out_n, sizeof(float));
+    double *a = calloc(r->out_n, sizeof(double)), *b = calloc(r->out_n, sizeof(double));
+    assert_true(fast && slow && a && b && d.dtype_o == FCL_DTYPE_F32);
+    fcl_attention_host_io io = r->io;
+    io.lse = NULL;
+    io.out = fast;
+    assert_int_equal(fcl_attention_run_host(support_ctx, &r->d, &io), FCL_SUCCESS);
+    io.out = slow;
+    assert_int_equal(fcl_attention_run_host(portable, &r->d, &io), FCL_SUCCESS);
+    for (size_t e = 0; e < r->out_n; e++)
+        a[e] = fast[e], b[e] = slow[e];
+    chk_report rep;
+    if (!chk_compare_values(a, b, r->out_n, chk_attention_tolerance(&d), &rep))
+        fail_msg("fast and portable paths differ: %zu of %zu, first %zu: %.7g vs %.7g",
+                 rep.bad, rep.checked, rep.first_bad, rep.got, rep.want);
+    free(fast), free(slow), free(a), free(b);
+}
+
+/* The path is used where the device has it and says why not elsewhere; switched off, it is
+ * never used; calls it does not take go to the portable kernels. */
+static void test_mma_path_is_planned_where_it_runs(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    fcl_device_info off;
+    fcl_context_device_info(portable, &off);
+    assert_false(off.attention_mma);
+    assert_non_null(strstr(off.attention_mma_because, "attention_mma=0"));
+    if (mma_expected() != support_info.attention_mma)
+        fail_msg("compute capability %u: tensor cores %s (%s)", support_info.nv_compute_capability,
+                 support_info.attention_mma ? "used" : "not used", support_info.attention_mma_because);
+    if (!support_info.attention_mma)
+        assert_true(support_info.attention_mma_because[0] != '\0');
+
+    const fcl_attention_desc base = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 100,
+                                     .len_kv = 100, .head_dim = 64, .dtype_q = FCL_DTYPE_F16,
+                                     .dtype_kv = FCL_DTYPE_F16};
+    fcl_attention_desc d = base;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_BF16;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.head_dim = 72; /* a multiple of 8 in the 128 bucket */
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    /* Not taken: float32 or mixed storage, head dims above 128 or not multiples of 8, rows
+     * not at multiples of 8 elements, decoding. */
+    const fcl_attention_desc others[] = {
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64},
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 256,
+         .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 60,
+         .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16, .q_view = {.offset = 4}},
+        {.batch = 2, .heads_q = 4, .len_q = 4, .len_kv = 100, .head_dim = 64,
+         .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        assert_int_not_equal(path_of(support_ctx, &others[i]), FCL_ATTENTION_PATH_MMA);
+    fcl_context_destroy(portable);
+}
+
+/* Prefill shapes in f16 and bf16: GQA, odd lengths (a partial last tile of queries and of
+ * keys), both causal rules and none, head dims of both buckets (72: columns past it are
+ * zeros), split-KV, lse; a NaN in one query row stays in that row. */
+static void test_mma_prefill_matches(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const size_t shapes[][4] = {/* len_q, len_kv, head_dim, kv_splits */
+                                {200, 333, 64, 0}, {130, 257, 128, 0}, {65, 1000, 72, 3}, {5, 17, 64, 0}};
+    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int causal = 0; causal <= 2; causal++) {
+                attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = shapes[k][0],
+                                         .len_kv = shapes[k][1], .head_dim = shapes[k][2],
+                                         .kv_splits = shapes[k][3], .causal = (fcl_causal)causal,
+                                         .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+                attention_contiguous_inputs(&r);
+                if (k == 0 && causal == 0) /* a NaN at row 7 of batch 1, head 3 */
+                    chk_store((void *)r.io.q, (fcl_dtype)t,
+                              chk_attention_offset(r.d.layout, 4, r.d.len_q, r.d.head_dim, 1, 3, 7) + 5,
+                              NAN);
+                check_both(portable, &r);
+                attention_free_inputs(&r);
+            }
+    fcl_context_destroy(portable);
+}
+
+/* The descriptor's features on the path: a shuffled paged cache with per-sequence lengths (an
+ * empty one among them), packed sequences, and the score modifiers with a float16 mask. */
+static void test_mma_features_match(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
+        static const int32_t lens[3] = {100, 0, 37};
+        attention_run paged = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 9,
+                                     .len_kv = 100, .head_dim = 64, .page_size = 16,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t,
+                                     .dtype_kv = (fcl_dtype)t}};
+        int32_t *table;
+        attention_paged_inputs(&paged, lens, &table);
+        check_both(portable, &paged);
+        attention_free_inputs(&paged);
+        free(table);
+
+        static const int32_t cu_q[5] = {0, 5, 5, 17, 20}, cu_kv[5] = {0, 9, 9, 39, 42};
+        attention_run packed = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
+                                      .len_kv = 30, .head_dim = 48, .causal = FCL_CAUSAL_TOP_LEFT,
+                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+        packed.io.cu_seqlens_q = cu_q;
+        packed.io.cu_seqlens_kv = cu_kv;
+        packed.q_n = packed.out_n = 20 * 4 * 48;
+        packed.k_n = packed.v_n = 42 * 2 * 48;
+        packed.lse_n = 4 * 20;
+        packed.io.q = test_tensor(packed.q_n, (fcl_dtype)t);
+        packed.io.k = test_tensor(packed.k_n, (fcl_dtype)t);
+        packed.io.v = test_tensor(packed.v_n, (fcl_dtype)t);
+        check_both(portable, &packed);
+        attention_free_inputs(&packed);
+
+        static float slopes[4], sinks[4] = {0.5f, -INFINITY, 2.0f, -1.0f};
+        assert_int_equal(fcl_alibi_slopes(4, 8.0f, slopes), FCL_SUCCESS);
+        attention_run scored = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 4, .len_q = 90,
+                                      .len_kv = 150, .head_dim = 128, .softcap = 20.0f,
+                                      .window = 1, .window_left = 40, .window_right = 7,
+                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+        attention_contiguous_inputs(&scored);
+        attention_additive_mask(&scored, FCL_MASK_ADD_F16);
+        scored.io.alibi_slopes = slopes;
+        scored.io.sinks = sinks;
+        check_both(portable, &scored);
+        attention_free_inputs(&scored);
+    }
+    fcl_context_destroy(portable);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mma_path_is_planned_where_it_runs),
+        cmocka_unit_test(test_mma_prefill_matches),
+        cmocka_unit_test(test_mma_features_match),
+    };
+    return support_run_tests(tests);
+}
