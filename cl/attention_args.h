@@ -81,8 +81,6 @@
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
 #define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */
-#define FA_MMA_WARPS 4         /* tensor-core kernel (attention_mma_nv.cl): warps a group */
-#define FA_MMA_BQ 64           /* ... queries a group (16 a warp) */
-#define FA_MMA_BK 64           /* ... keys a tile */
+#define FA_MMA_BK 64           /* tensor-core kernel (attention_mma_nv.cl): keys a tile */
 
 #endif /* FLASHCL_ATTENTION_ARGS_H */

@@ -1,7 +1,7 @@
 /* Device selection (options / FLASHCL_DEVICE) and capability probing. */
 #include "internal.h"
 
-#include <CL/cl_ext.h> /* CL_PLATFORM_NOT_FOUND_KHR */
+#include <CL/cl_ext.h> /* CL_PLATFORM_NOT_FOUND_KHR, CL_DEVICE_COMPUTE_CAPABILITY_*_NV */
 
 #include <ctype.h>
 #include <stdio.h>
@@ -212,13 +212,15 @@ static int has_extension(const char *all, const char *ext)
     return 0;
 }
 
-/* NVIDIA's compute capability (cl_nv_device_attribute_query's CL_DEVICE_COMPUTE_CAPABILITY_
- * MAJOR_NV and _MINOR_NV), as major * 10 + minor; left 0 where the driver does not answer. */
+/* NVIDIA's compute capability (cl_nv_device_attribute_query) as major * 10 + minor; left 0
+ * where the driver does not answer. */
 static void query_compute_capability(cl_device_id dev, fcl_device_info *info)
 {
     cl_uint major = 0, minor = 0;
-    if (clGetDeviceInfo(dev, 0x4000, sizeof major, &major, NULL) == CL_SUCCESS &&
-        clGetDeviceInfo(dev, 0x4001, sizeof minor, &minor, NULL) == CL_SUCCESS)
+    if (clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV, sizeof major, &major, NULL) ==
+            CL_SUCCESS &&
+        clGetDeviceInfo(dev, CL_DEVICE_COMPUTE_CAPABILITY_MINOR_NV, sizeof minor, &minor, NULL) ==
+            CL_SUCCESS)
         info->nv_compute_capability = major * 10 + minor;
 }
 

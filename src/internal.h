@@ -211,6 +211,8 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
                  size_t cap);
+/* Warps of a tensor-core work-group for a head-dim bucket (FA_MMA_WARPS), 16 queries each. */
+size_t fcl_plan_mma_warps(int bucket);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 

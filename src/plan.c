@@ -644,6 +644,11 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
     return 0;
 }
 
+/* Warps of a tensor-core work-group, 16 queries each, per bucket. Measured on the H100
+ * (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head dim 64, 4 warps (121 TFLOP/s; 8: 97);
+ * at 128, 8 warps (146; 4: 131), whose K and V tiles then serve twice the queries. */
+size_t fcl_plan_mma_warps(int bucket) { return bucket == 0 ? 4 : 8; }
+
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch)
 {
@@ -653,8 +658,9 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
         bucket < 0 || bucket >= FCL_MMA_BUCKETS || d->head_dim % 8 || d->head_dim_v % 8 ||
         d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
         return 0;
-    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket, FA_MMA_BQ, FA_MMA_BK,
-                       FA_MMA_WARPS * 32, launch) == FCL_SUCCESS;
+    const size_t warps = fcl_plan_mma_warps(bucket);
+    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket, warps * 16, FA_MMA_BK, warps * 32,
+                       launch) == FCL_SUCCESS;
 }
 
 size_t fcl_attention_loop_iterations(const fcl_device_info *info, const fcl_attention_launch *l)

@@ -417,13 +417,14 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
             continue;
         const char *suffix = fcl_attention_variant_suffix(v);
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
-        s = create_fitting(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS,
-                           &fits, &wg, &local);
+        s = create_fitting(ctx, ctx->program, name,
+                           &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS, &fits,
+                           &wg, &local);
         snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
                  FA_DEC_HEADS);
         if (s == FCL_SUCCESS && fits)
-            s = create_fitting(ctx, ctx->program, name, &ctx->attention_decode_groups[b][v], FA_DEC_LWS, &fits,
-                               &wg, &local);
+            s = create_fitting(ctx, ctx->program, name, &ctx->attention_decode_groups[b][v],
+                               FA_DEC_LWS, &fits, &wg, &local);
     }
     if (s == FCL_SUCCESS && !fits)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
@@ -447,8 +448,9 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
         } else {
             char name[40];
             snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
-            s = create_kernel(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL],
-                              &wg, &local);
+            s = create_kernel(ctx, ctx->program, name,
+                              &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL], &wg,
+                              &local);
         }
         ctx->info.attention_tiles[b] = plan->tile[b];
     }
@@ -478,10 +480,11 @@ char *fcl_mma_kernel_source(void)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int ty = 0; ty < 2; ty++)
             text_add(&t, "#define FA_NAME mma_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
-                         "#define FA_FEATURES 0x%xu\n#line 1 \"attention_mma_nv.cl\"\n%s\n"
-                         "#undef FA_NAME\n#undef FA_D\n#undef FA_MMA_T\n#undef FA_FEATURES\n",
+                         "#define FA_MMA_WARPS %zu\n#define FA_FEATURES 0x%xu\n"
+                         "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
+                         "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_FEATURES\n",
                      fcl_attention_bucket_dim(b), types[ty], fcl_attention_bucket_dim(b), types[ty],
-                     FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+                     fcl_plan_mma_warps(b), FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
     text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     if (t.failed) {
         free(t.s);
@@ -512,7 +515,7 @@ static int mma_check_passes(fcl_context *ctx)
     cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err)
                                    : NULL;
     if (err == CL_SUCCESS)
-        err = clSetKernelArg(check, 0, sizeof out, &out);
+        err = clSetKernelArg(check, 0, sizeof(cl_mem), &out);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(ctx->queue, check, 1, NULL, &lanes, &lanes, 0, NULL, NULL);
     if (err == CL_SUCCESS)
@@ -551,12 +554,13 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             cl_ulong local;
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
                      ty ? "bf16" : "f16");
-            s = create_fitting(ctx, ctx->mma_program, name, &ctx->attention_mma[b][ty],
-                               FA_MMA_WARPS * 32, &fits, &wg, &local);
+            const size_t group = fcl_plan_mma_warps(b) * 32;
+            s = create_fitting(ctx, ctx->mma_program, name, &ctx->attention_mma[b][ty], group,
+                               &fits, &wg, &local);
             if (s == FCL_SUCCESS && !fits)
                 snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local "
-                         "memory; it needs %d and the device has %llu", name, wg,
-                         (unsigned long long)local, FA_MMA_WARPS * 32,
+                         "memory; it needs %zu and the device has %llu", name, wg,
+                         (unsigned long long)local, group,
                          (unsigned long long)ctx->info.local_mem_size);
         }
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {

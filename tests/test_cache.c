@@ -31,8 +31,8 @@ static int create_and_check(const char *dir)
     return info.program_from_cache;
 }
 
-/* The single cache file in cache_dir (fails when there is not exactly one). */
-static void cache_file(char *path, size_t cap)
+/* Cache files in cache_dir; the last one's path in path. */
+static int count_cache_files(char *path, size_t cap)
 {
     DIR *dir = opendir(cache_dir);
     struct dirent *e;
@@ -44,8 +44,11 @@ static void cache_file(char *path, size_t cap)
             snprintf(path, cap, "%s/%s", cache_dir, e->d_name);
         }
     closedir(dir);
-    assert_int_equal(count, 1);
+    return count;
 }
+
+/* The single cache file in cache_dir (fails when there is not exactly one). */
+static void cache_file(char *path, size_t cap) { assert_int_equal(count_cache_files(path, cap), 1); }
 
 static long file_size(const char *path)
 {
@@ -197,14 +200,41 @@ static void test_build_failure_reports_log(void **state)
     assert_int_equal(create_and_check(cache_dir), usable); /* the good binary is still cached */
 }
 
+/* The tensor-core program (NVIDIA, compute capability 8.0 and later) is a second program in
+ * the cache, beside the one the tests above check: stored cold, and loaded warm, where its
+ * self-check passes again. (The tests above turn it off, so that one program is cached.) */
+static void test_tensor_core_program_is_cached(void **state)
+{
+    (void)state;
+    char path[512];
+    unsetenv("FLASHCL_TUNE");
+    fcl_context_options opts = {.cache_dir = cache_dir};
+    fcl_device_info info;
+    for (int warm = 0; warm < 2; warm++) {
+        fcl_context *ctx = NULL;
+        assert_int_equal(fcl_context_create(&opts, &ctx), FCL_SUCCESS);
+        fcl_context_device_info(ctx, &info);
+        fcl_context_destroy(ctx);
+        assert_int_equal(info.program_from_cache, warm && info.program_cache_usable);
+        assert_int_equal(count_cache_files(path, sizeof path),
+                         info.program_cache_usable ? 1 + info.attention_mma : 0);
+    }
+    if (info.nv_compute_capability >= 80)
+        assert_true(info.attention_mma);
+}
+
 int main(void)
 {
+    /* Whatever FLASHCL_TUNE the run gives (the gpu_like runs' settings do not apply here),
+     * one program: the portable kernels'. */
+    setenv("FLASHCL_TUNE", "attention_mma=0", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_cold_then_warm, setup, teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_file_is_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_truncated_file_is_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_cache_only_costs_speed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_build_failure_reports_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tensor_core_program_is_cached, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

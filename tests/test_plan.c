@@ -453,7 +453,8 @@ static void test_local_mem_count_is_fitted(void **state)
 }
 
 /* The tensor-core path: built for NVIDIA GPUs of compute capability 8.0 and later unless
- * switched off, and planned for the calls its kernels take, in blocks of 64 x 64. */
+ * switched off, and planned for the calls its kernels take: 64 keys a tile, 64 queries a
+ * group at head dim 64 and 128 at 128. */
 static void test_mma_path_rules(void **state)
 {
     (void)state;
@@ -480,13 +481,14 @@ static void test_mma_path_rules(void **state)
     nv.attention_mma = 1;
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l));
     assert_int_equal(l.path, FCL_ATTENTION_PATH_MMA);
-    assert_true(l.block_q == 64 && l.block_kv == 64 && l.work_group_size == 128 && l.bucket == 1);
-    assert_int_equal(l.q_tiles, 16);
+    assert_true(l.block_q == 128 && l.block_kv == 64 && l.work_group_size == 256 && l.bucket == 1);
+    assert_int_equal(l.q_tiles, 8);
     fcl_attention_desc d = f16;
     d.dtype_q = d.dtype_kv = FCL_DTYPE_BF16;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l));
     d.head_dim = d.head_dim_v = 64;
-    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0);
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0 && l.block_q == 64 &&
+                l.work_group_size == 128);
     assert_false(fcl_plan_attention_mma(&nv, &f16, 0, &l)); /* rows not at multiples of 8 */
     const fcl_attention_desc refused[] = {
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
