@@ -309,23 +309,18 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         l_b += fa_mma_shuffle_xor(l_b, 1);
         l_b += fa_mma_shuffle_xor(l_b, 2);
         const uint dim_v = (uint)p->head_dim_v;
-        if (qa < w.s.len_q) {
-            const fa_dest dst = fa_finish_row(p, io, &w, qa, m_a, l_a, t == 0);
+        #pragma unroll
+        for (uint row = 0; row < 2; row++) { /* row a: accumulators 0 and 1; row b: 2 and 3 */
+            const ulong qi = row ? qb : qa;
+            if (qi >= w.s.len_q)
+                continue;
+            const fa_dest dst = fa_finish_row(p, io, &w, qi, row ? m_b : m_a, row ? l_b : l_a, t == 0);
             #pragma unroll
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 #pragma unroll
                 for (uint e = 0; e < 2; e++)
                     if (n * 8 + 2 * t + e < dim_v)
-                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[n][e]);
-        }
-        if (qb < w.s.len_q) {
-            const fa_dest dst = fa_finish_row(p, io, &w, qb, m_b, l_b, t == 0);
-            #pragma unroll
-            for (uint n = 0; n < FA_MMA_NDIMS; n++)
-                #pragma unroll
-                for (uint e = 0; e < 2; e++)
-                    if (n * 8 + 2 * t + e < dim_v)
-                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[n][2 + e]);
+                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[n][2 * row + e]);
         }
     }
 }
