@@ -9,11 +9,13 @@
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
  *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
  *   FA_MMA_T    the storage type's name in PTX: f16 or bf16
- *   FA_MMA_WARPS warps a work-group (4 or 8, by head dim: src/plan.c, fcl_plan_mma_warps)
+ *   FA_MMA_WARPS warps a work-group, and FA_MMA_MT tiles of 16 query rows a warp (by head
+ *               dim: src/plan.c, fcl_plan_mma_warps and fcl_plan_mma_row_tiles)
  *   FA_FEATURES the features compiled in (attention_args.h)
  *
- * A work-group of FA_MMA_WARPS warps owns FA_MMA_BQ query rows of one (batch, head), 16 rows a
- * warp. Each warp keeps its rows of q in registers as mma A fragments; K and V tiles of
+ * A work-group of FA_MMA_WARPS warps owns FA_MMA_BQ query rows of one (batch, head), 16
+ * FA_MMA_MT rows a warp. Each warp keeps its rows of q in registers as mma A fragments (each
+ * K and V fragment it reads then feeds FA_MMA_MT products); K and V tiles of
  * FA_MMA_BK keys are copied into local memory by cp.async (the V tile while the scores of
  * the K tile are computed, the next K tile while the V tile is used); S = q K^T and O += P V
  * are m16n8k16 mma.sync with float32 accumulators; the online softmax (m, l) of each row runs
@@ -102,7 +104,15 @@ FA_MMA_DEFINE(bf16)
 #undef FA_MMA_DEFINE
 #endif /* FA_MMA_HELPERS */
 
-#define FA_MMA_BQ (FA_MMA_WARPS * 16) /* queries a work-group */
+#define FA_MMA_ROWS (2 * FA_MMA_MT)    /* query rows a lane holds */
+/* Score x of a lane, x < FA_MMA_SCORES, is element e = x % 4 of 8-key block j = x / 4 % NKEYS
+ * of row tile mt = x / (4 NKEYS): its row (of the lane's FA_MMA_ROWS) is 2 mt + e / 2, its key
+ * k0 + 8 j + 2 t + e % 2. */
+#define FA_MMA_SCORES (FA_MMA_MT * FA_MMA_NKEYS * 4)
+#define FA_MMA_S(x) s[(x) / (FA_MMA_NKEYS * 4)][(x) / 4 % FA_MMA_NKEYS][(x) % 4]
+#define FA_MMA_ROW_OF(x) ((x) / (FA_MMA_NKEYS * 4) * 2 + (x) % 4 / 2)
+#define FA_MMA_KEY(x) (k0 + (x) / 4 % FA_MMA_NKEYS * 8 + 2 * t + (x) % 2)
+#define FA_MMA_BQ (FA_MMA_WARPS * 16 * FA_MMA_MT) /* queries a work-group */
 #define FA_MMA_KSTEPS (FA_D / 16) /* 16-column steps of q.k */
 #define FA_MMA_NKEYS (FA_MMA_BK / 8)  /* 8-key blocks of a score tile */
 #define FA_MMA_NDIMS (FA_D / 8)   /* 8-column blocks of the output */
@@ -138,9 +148,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const fa_work w = fa_locate(p, io, step, FA_MMA_BQ, 1);
         if (w.q0 >= w.s.len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
-        /* This lane's two rows, and the keys each may see. */
-        const ulong qa = w.q0 + warp * 16 + g, qb = qa + 8;
-        const int2 vis_a = fa_visible_keys(p, &w, qa), vis_b = fa_visible_keys(p, &w, qb);
+        /* This lane's rows (row r: row g + 8 (r % 2) of the warp's 16-row tile r / 2), and
+         * the keys each may see. */
+        ulong qi[FA_MMA_ROWS];
+        int2 vis[FA_MMA_ROWS];
+        #pragma unroll
+        for (uint r = 0; r < FA_MMA_ROWS; r++) {
+            qi[r] = w.q0 + (warp * FA_MMA_MT + r / 2) * 16 + g + 8 * (r % 2);
+            vis[r] = fa_visible_keys(p, &w, qi[r]);
+        }
         const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
         if (w.kv_begin < w.kv_end) {
             FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, p, io, k_all, &w.s.k, w.kv_begin, w.kv_end,
@@ -149,25 +165,30 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
 
         /* q as A fragments, straight from global memory (read once). */
-        uint qf[FA_MMA_KSTEPS][4];
-        {
-            const uint dim = (uint)p->head_dim;
-            __global const ushort *row_a = q_all + (qa < w.s.len_q ? fa_row(p, io, &w.s.q, qa) : 0);
-            __global const ushort *row_b = q_all + (qb < w.s.len_q ? fa_row(p, io, &w.s.q, qb) : 0);
-            const uint dim_a = qa < w.s.len_q ? dim : 0, dim_b = qb < w.s.len_q ? dim : 0;
+        uint qf[FA_MMA_MT][FA_MMA_KSTEPS][4];
+        #pragma unroll
+        for (uint r = 0; r < FA_MMA_ROWS; r++) {
+            const int inside = qi[r] < w.s.len_q;
+            __global const ushort *row = q_all + (inside ? fa_row(p, io, &w.s.q, qi[r]) : 0);
+            const uint dim = inside ? (uint)p->head_dim : 0;
             #pragma unroll
             for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
-                qf[ks][0] = fa_mma_global_pair(row_a, ks * 16 + 2 * t, dim_a);
-                qf[ks][1] = fa_mma_global_pair(row_b, ks * 16 + 2 * t, dim_b);
-                qf[ks][2] = fa_mma_global_pair(row_a, ks * 16 + 8 + 2 * t, dim_a);
-                qf[ks][3] = fa_mma_global_pair(row_b, ks * 16 + 8 + 2 * t, dim_b);
+                qf[r / 2][ks][r % 2] = fa_mma_global_pair(row, ks * 16 + 2 * t, dim);
+                qf[r / 2][ks][2 + r % 2] = fa_mma_global_pair(row, ks * 16 + 8 + 2 * t, dim);
             }
         }
-        float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this lane's part */
-        float o[FA_MMA_NDIMS][4];
+        float m[FA_MMA_ROWS], l[FA_MMA_ROWS]; /* l: this lane's part of the row's sum */
+        float o[FA_MMA_MT][FA_MMA_NDIMS][4];
         #pragma unroll
-        for (uint n = 0; n < FA_MMA_NDIMS; n++)
-            o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+        for (uint r = 0; r < FA_MMA_ROWS; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        #pragma unroll
+        for (uint mt = 0; mt < FA_MMA_MT; mt++)
+            #pragma unroll
+            for (uint n = 0; n < FA_MMA_NDIMS; n++)
+                o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_MMA_BK) {
             fa_mma_copies_wait();
@@ -176,16 +197,23 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                                                (uint)p->head_dim_v);
             fa_mma_copies_commit();
 
-            float s[FA_MMA_NKEYS][4];
+            /* S = q K^T: each K fragment read from local memory feeds every row tile. */
+            float s[FA_MMA_MT][FA_MMA_NKEYS][4];
             #pragma unroll
-            for (uint j = 0; j < FA_MMA_NKEYS; j++) {
-                s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            for (uint mt = 0; mt < FA_MMA_MT; mt++)
                 #pragma unroll
-                for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++)
-                    FCL_CAT(fa_mma, FA_MMA_T)(s[j], qf[ks],
-                                              fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 2 * t]),
-                                              fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 8 + 2 * t]));
-            }
+                for (uint j = 0; j < FA_MMA_NKEYS; j++)
+                    s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
+            #pragma unroll
+            for (uint j = 0; j < FA_MMA_NKEYS; j++)
+                #pragma unroll
+                for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
+                    const uint b0 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 2 * t]);
+                    const uint b1 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 8 + 2 * t]);
+                    #pragma unroll
+                    for (uint mt = 0; mt < FA_MMA_MT; mt++)
+                        FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b0, b1);
+                }
 
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* V tile in; every warp is done with the K tile */
@@ -199,96 +227,82 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
              * a branch per tile rather than per score (as attention_tile.cl: on the H100 the
              * softcap and ALiBi builds ran at 73 and 90 TFLOP/s with a call per score, against
              * 132 plain), and -inf where hidden (checked key by key only where the tile is
-             * not all visible to this lane's rows). Element e of block j: row e < 2 ? a : b,
-             * key k0 + 8 j + 2 t + e % 2. */
+             * not all visible to this lane's rows). */
             #pragma unroll
-            for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                #pragma unroll
-                for (uint e = 0; e < 4; e++)
-                    s[j][e] *= p->q_scale;
+            for (uint x = 0; x < FA_MMA_SCORES; x++)
+                FA_MMA_S(x) *= p->q_scale;
             if (p->flags & FA_FLAG_SOFTCAP) {
                 #pragma unroll
-                for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                    #pragma unroll
-                    for (uint e = 0; e < 4; e++)
-                        s[j][e] = fa_softcap(p->softcap, s[j][e]);
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) = fa_softcap(p->softcap, FA_MMA_S(x));
             }
             if (p->flags & FA_FLAG_ALIBI) {
                 #pragma unroll
-                for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                    #pragma unroll
-                    for (uint e = 0; e < 4; e++)
-                        s[j][e] -= slope * fa_alibi_distance(&w, e < 2 ? qa : qb, k0 + j * 8 + 2 * t + e % 2);
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) -= slope * fa_alibi_distance(&w, qi[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x));
             }
             if (p->flags & FA_MASKS) {
                 #pragma unroll
-                for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                    #pragma unroll
-                    for (uint e = 0; e < 4; e++) {
-                        const ulong kj = k0 + j * 8 + 2 * t + e % 2;
-                        s[j][e] = fa_masked(p, io, &w, s[j][e], e < 2 ? qa : qb, kj, slope,
-                                            !fa_hidden(e < 2 ? vis_a : vis_b, kj));
-                    }
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) = fa_masked(p, io, &w, FA_MMA_S(x), qi[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x),
+                                            slope, !fa_hidden(vis[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x)));
             }
-            const int sees_all = (long)k0 >= vis_a.x && (long)(k0 + FA_MMA_BK - 1) <= vis_a.y &&
-                                 (long)k0 >= vis_b.x && (long)(k0 + FA_MMA_BK - 1) <= vis_b.y;
+            int sees_all = 1;
+            #pragma unroll
+            for (uint r = 0; r < FA_MMA_ROWS; r++)
+                sees_all &= (long)k0 >= vis[r].x && (long)(k0 + FA_MMA_BK - 1) <= vis[r].y;
             if (!sees_all) {
                 #pragma unroll
-                for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                    #pragma unroll
-                    for (uint e = 0; e < 4; e++)
-                        s[j][e] = fa_hidden(e < 2 ? vis_a : vis_b, k0 + j * 8 + 2 * t + e % 2)
-                                      ? -INFINITY
-                                      : s[j][e];
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) = fa_hidden(vis[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x)) ? -INFINITY : FA_MMA_S(x);
             }
 
             /* Online statistics (docs/ALGORITHMS.md section 4): each row's max over its 4
              * lanes, then p = exp(s - m), as in attention_tile.cl. */
-            float max_a = -INFINITY, max_b = -INFINITY;
+            float alpha[FA_MMA_ROWS], under[FA_MMA_ROWS], sum[FA_MMA_ROWS];
             #pragma unroll
-            for (uint j = 0; j < FA_MMA_NKEYS; j++) {
-                max_a = fmax(max_a, fmax(s[j][0], s[j][1]));
-                max_b = fmax(max_b, fmax(s[j][2], s[j][3]));
+            for (uint r = 0; r < FA_MMA_ROWS; r++) {
+                float top = -INFINITY;
+                #pragma unroll
+                for (uint j = 0; j < FA_MMA_NKEYS; j++)
+                    top = fmax(top, fmax(s[r / 2][j][2 * (r % 2)], s[r / 2][j][2 * (r % 2) + 1]));
+                top = fmax(top, fa_mma_shuffle_xor(top, 1));
+                top = fmax(top, fa_mma_shuffle_xor(top, 2));
+                const float m_new = fmax(m[r], top);
+                alpha[r] = m_new == -INFINITY ? 1.0f : exp(m[r] - m_new);
+                under[r] = m_new == -INFINITY ? 0.0f : m_new;
+                m[r] = m_new;
+                sum[r] = 0.0f;
             }
-            max_a = fmax(max_a, fa_mma_shuffle_xor(max_a, 1));
-            max_a = fmax(max_a, fa_mma_shuffle_xor(max_a, 2));
-            max_b = fmax(max_b, fa_mma_shuffle_xor(max_b, 1));
-            max_b = fmax(max_b, fa_mma_shuffle_xor(max_b, 2));
-            const float new_a = fmax(m_a, max_a), new_b = fmax(m_b, max_b);
-            const float alpha_a = new_a == -INFINITY ? 1.0f : exp(m_a - new_a);
-            const float alpha_b = new_b == -INFINITY ? 1.0f : exp(m_b - new_b);
-            m_a = new_a;
-            m_b = new_b;
-            const float under_a = new_a == -INFINITY ? 0.0f : new_a;
-            const float under_b = new_b == -INFINITY ? 0.0f : new_b;
-            float sum_a = 0.0f, sum_b = 0.0f;
             #pragma unroll
-            for (uint j = 0; j < FA_MMA_NKEYS; j++) {
-                s[j][0] = fa_exp_under(s[j][0], under_a);
-                s[j][1] = fa_exp_under(s[j][1], under_a);
-                s[j][2] = fa_exp_under(s[j][2], under_b);
-                s[j][3] = fa_exp_under(s[j][3], under_b);
-                sum_a += s[j][0] + s[j][1];
-                sum_b += s[j][2] + s[j][3];
+            for (uint x = 0; x < FA_MMA_SCORES; x++) {
+                FA_MMA_S(x) = fa_exp_under(FA_MMA_S(x), under[FA_MMA_ROW_OF(x)]);
+                sum[FA_MMA_ROW_OF(x)] += FA_MMA_S(x);
             }
-            l_a = l_a * alpha_a + sum_a;
-            l_b = l_b * alpha_b + sum_b;
             #pragma unroll
-            for (uint n = 0; n < FA_MMA_NDIMS; n++) {
-                o[n][0] *= alpha_a;
-                o[n][1] *= alpha_a;
-                o[n][2] *= alpha_b;
-                o[n][3] *= alpha_b;
-            }
+            for (uint r = 0; r < FA_MMA_ROWS; r++)
+                l[r] = l[r] * alpha[r] + sum[r];
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++)
+                #pragma unroll
+                for (uint n = 0; n < FA_MMA_NDIMS; n++)
+                    #pragma unroll
+                    for (uint e = 0; e < 4; e++)
+                        o[mt][n][e] *= alpha[2 * mt + e / 2];
 
             /* O += P V, 16 keys a step: the score fragments of two 8-key blocks are the A
-             * fragment of P; ldmatrix.trans gives V's B fragments for 16 output columns. */
+             * fragment of P; ldmatrix.trans gives V's B fragments for 16 output columns,
+             * each fed to every row tile. */
             #pragma unroll
             for (uint kk = 0; kk < FA_MMA_BK / 16; kk++) {
-                const uint pf[4] = {FCL_CAT(fa_mma_pack, FA_MMA_T)(s[2 * kk][0], s[2 * kk][1]),
-                                    FCL_CAT(fa_mma_pack, FA_MMA_T)(s[2 * kk][2], s[2 * kk][3]),
-                                    FCL_CAT(fa_mma_pack, FA_MMA_T)(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    FCL_CAT(fa_mma_pack, FA_MMA_T)(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                uint pf[FA_MMA_MT][4];
+                #pragma unroll
+                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                    pf[mt][0] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pf[mt][1] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pf[mt][2] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pf[mt][3] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
                 const uint matrix = lane / 8;
                 #pragma unroll
                 for (uint n2 = 0; n2 < FA_MMA_NDIMS / 2; n2++) {
@@ -296,35 +310,40 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     fa_mma_load_transposed(&v_tile[kk * 16 + matrix % 2 * 8 + lane % 8]
                                                   [n2 * 16 + matrix / 2 * 8],
                                            &b0, &b1, &b2, &b3);
-                    FCL_CAT(fa_mma, FA_MMA_T)(o[2 * n2], pf, b0, b1);
-                    FCL_CAT(fa_mma, FA_MMA_T)(o[2 * n2 + 1], pf, b2, b3);
+                    #pragma unroll
+                    for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                        FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
+                        FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
+                    }
                 }
             }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
 
         /* l of each row: the sum of its 4 lanes' parts; then the rows are written. */
-        l_a += fa_mma_shuffle_xor(l_a, 1);
-        l_a += fa_mma_shuffle_xor(l_a, 2);
-        l_b += fa_mma_shuffle_xor(l_b, 1);
-        l_b += fa_mma_shuffle_xor(l_b, 2);
         const uint dim_v = (uint)p->head_dim_v;
         #pragma unroll
-        for (uint row = 0; row < 2; row++) { /* row a: accumulators 0 and 1; row b: 2 and 3 */
-            const ulong qi = row ? qb : qa;
-            if (qi >= w.s.len_q)
+        for (uint r = 0; r < FA_MMA_ROWS; r++) {
+            l[r] += fa_mma_shuffle_xor(l[r], 1);
+            l[r] += fa_mma_shuffle_xor(l[r], 2);
+            if (qi[r] >= w.s.len_q)
                 continue;
-            const fa_dest dst = fa_finish_row(p, io, &w, qi, row ? m_b : m_a, row ? l_b : l_a, t == 0);
+            const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r], l[r], t == 0);
             #pragma unroll
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 #pragma unroll
                 for (uint e = 0; e < 2; e++)
                     if (n * 8 + 2 * t + e < dim_v)
-                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[n][2 * row + e]);
+                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[r / 2][n][2 * (r % 2) + e]);
         }
     }
 }
 
+#undef FA_MMA_ROWS
+#undef FA_MMA_SCORES
+#undef FA_MMA_S
+#undef FA_MMA_ROW_OF
+#undef FA_MMA_KEY
 #undef FA_MMA_BQ
 #undef FA_MMA_KSTEPS
 #undef FA_MMA_NKEYS

@@ -213,6 +213,8 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
                  size_t cap);
 /* Warps of a tensor-core work-group for a head-dim bucket (FA_MMA_WARPS), 16 queries each. */
 size_t fcl_plan_mma_warps(int bucket);
+/* ... and its tiles of 16 query rows a warp (FA_MMA_MT). */
+size_t fcl_plan_mma_row_tiles(int bucket);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 

@@ -644,10 +644,13 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
     return 0;
 }
 
-/* Warps of a tensor-core work-group, 16 queries each, per bucket. Measured on the H100
- * (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head dim 64, 4 warps (121 TFLOP/s; 8: 97);
- * at 128, 8 warps (146; 4: 131), whose K and V tiles then serve twice the queries. */
+/* Warps of a tensor-core work-group and tiles of 16 query rows a warp, per bucket. Measured on
+ * the H100 (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head dim 64, 4 warps of 2 tiles
+ * (161 TFLOP/s; 4 x 1: 151, 2 x 2: 137, 8 x 1: 97), each K and V fragment read from local
+ * memory feeding two products; at 128, 8 warps of 1 (175; 4 x 2: 123 and 8 x 2: 139, too
+ * many registers; 4 x 1: 131), whose K and V tiles serve 128 queries. */
 size_t fcl_plan_mma_warps(int bucket) { return bucket == 0 ? 4 : 8; }
+size_t fcl_plan_mma_row_tiles(int bucket) { return bucket == 0 ? 2 : 1; }
 
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch)
@@ -659,7 +662,8 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
         d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
         return 0;
     const size_t warps = fcl_plan_mma_warps(bucket);
-    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket, warps * 16, FA_MMA_BK, warps * 32,
+    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket,
+                       warps * 16 * fcl_plan_mma_row_tiles(bucket), FA_MMA_BK, warps * 32,
                        launch) == FCL_SUCCESS;
 }
 

@@ -480,11 +480,12 @@ char *fcl_mma_kernel_source(void)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int ty = 0; ty < 2; ty++)
             text_add(&t, "#define FA_NAME mma_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
-                         "#define FA_MMA_WARPS %zu\n#define FA_FEATURES 0x%xu\n"
+                         "#define FA_MMA_WARPS %zu\n#define FA_MMA_MT %zu\n#define FA_FEATURES 0x%xu\n"
                          "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
-                         "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_FEATURES\n",
+                         "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_MMA_MT\n#undef FA_FEATURES\n",
                      fcl_attention_bucket_dim(b), types[ty], fcl_attention_bucket_dim(b), types[ty],
-                     fcl_plan_mma_warps(b), FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+                     fcl_plan_mma_warps(b), fcl_plan_mma_row_tiles(b), FA_FEATURES_ALL,
+                     fcl_cl_attention_mma_nv);
     text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     if (t.failed) {
         free(t.s);

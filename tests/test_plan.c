@@ -453,8 +453,8 @@ static void test_local_mem_count_is_fitted(void **state)
 }
 
 /* The tensor-core path: built for NVIDIA GPUs of compute capability 8.0 and later unless
- * switched off, and planned for the calls its kernels take: 64 keys a tile, 64 queries a
- * group at head dim 64 and 128 at 128. */
+ * switched off, and planned for the calls its kernels take: 64 keys a tile, 128 queries a
+ * group (4 warps of 32 rows at head dim 64, 8 of 16 at 128). */
 static void test_mma_path_rules(void **state)
 {
     (void)state;
@@ -487,7 +487,7 @@ static void test_mma_path_rules(void **state)
     d.dtype_q = d.dtype_kv = FCL_DTYPE_BF16;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l));
     d.head_dim = d.head_dim_v = 64;
-    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0 && l.block_q == 64 &&
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0 && l.block_q == 128 &&
                 l.work_group_size == 128);
     assert_false(fcl_plan_attention_mma(&nv, &f16, 0, &l)); /* rows not at multiples of 8 */
     const fcl_attention_desc refused[] = {
