@@ -179,7 +179,7 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
      * call, and is built wherever the path is). */
     cl_kernel kern = NULL;
     if (l->path == FCL_ATTENTION_PATH_MMA) {
-        kern = ctx->attention_mma[l->bucket][d->dtype_q == FCL_DTYPE_BF16];
+        kern = ctx->attention_mma[l->bucket][d->dtype_q - FCL_DTYPE_F16];
     } else {
         cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
                                                : ctx->attention[l->bucket][l->path];

@@ -45,7 +45,8 @@ struct fcl_context {
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     /* The tensor-core kernels (cl/attention_mma_nv.cl, their own program), per bucket up to
-     * head dims 128 and storage type (f16, bf16); NULL where not built. */
+     * head dims 128 and storage type ([dtype - FCL_DTYPE_F16]: f16, bf16); NULL where not
+     * built. */
     cl_program mma_program;
     cl_kernel attention_mma[FCL_MMA_BUCKETS][2];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */

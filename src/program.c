@@ -472,7 +472,6 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
 
 char *fcl_mma_kernel_source(void)
 {
-    static const char *const types[2] = {"f16", "bf16"};
     text t = {0};
     text_add(&t, "/* flashcl's tensor-core program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
@@ -483,7 +482,8 @@ char *fcl_mma_kernel_source(void)
                          "#define FA_MMA_WARPS %zu\n#define FA_MMA_MT %zu\n#define FA_FEATURES 0x%xu\n"
                          "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
                          "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_MMA_MT\n#undef FA_FEATURES\n",
-                     fcl_attention_bucket_dim(b), types[ty], fcl_attention_bucket_dim(b), types[ty],
+                     fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
+                     fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
                      fcl_plan_mma_warps(b), fcl_plan_mma_row_tiles(b), FA_FEATURES_ALL,
                      fcl_cl_attention_mma_nv);
     text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
@@ -554,7 +554,7 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             size_t wg;
             cl_ulong local;
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
-                     ty ? "bf16" : "f16");
+                     dtype_suffix[FCL_DTYPE_F16 + ty]);
             const size_t group = fcl_plan_mma_warps(b) * 32;
             s = create_fitting(ctx, ctx->mma_program, name, &ctx->attention_mma[b][ty], group,
                                &fits, &wg, &local);
