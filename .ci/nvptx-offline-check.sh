@@ -1,6 +1,6 @@
 #!/bin/sh
-# NVIDIA offline compile check of the tensor-core program (cl/attention_mma_nv.cl, with its
-# inline PTX mma.sync, ldmatrix, cp.async and shfl.sync): Debian's clang-15 compiles it for
+# NVIDIA offline compile check of the NVIDIA program (cl/attention_mma_nv.cl, with its inline
+# PTX mma.sync, ldmatrix, cp.async and shfl.sync, and cl/attention_decode_nv.cl): Debian's clang-15 compiles it for
 # sm_80 (nvptx64-nvidia-nvcl, OpenCL's NVIDIA target) with the assembler strings in place;
 # every kernel must come out, with no local-memory frame (a spilled fragment array would be
 # one) and its mma.sync instructions all unrolled. NVIDIA's own compiler (ptxas) runs on the
@@ -18,7 +18,10 @@ if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cp
   exit 1
 fi
 status=0
-for k in attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 attention_mma_d128_bf16 fcl_mma_check; do
+kernels="attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 attention_mma_d128_bf16
+  attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
+  fcl_mma_check"
+for k in $kernels; do
   grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }
 done
 if grep -q "__local_depot" "$tmp/mma.ptx"; then
@@ -30,5 +33,5 @@ fi
 # the compiler did not unroll would leave fewer).
 mmas=$(grep -c "mma.sync.aligned.m16n8k16" "$tmp/mma.ptx")
 [ "$mmas" -ge $((2 * (64 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 386 or more" >&2; status=1; }
-echo "nvptx-offline-check: 5 kernels, $mmas mma.sync, no local-memory frame"
+echo "nvptx-offline-check: $(echo $kernels | wc -w) kernels, $mmas mma.sync, no local-memory frame"
 exit "$status"

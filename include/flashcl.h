@@ -147,9 +147,10 @@ typedef struct fcl_device_info {
     cl_ulong local_mem_reserved;
     /* NVIDIA: the compute capability as major * 10 + minor (90 on the H100); 0 elsewhere. */
     cl_uint nv_compute_capability;
-    /* 1: attention on f16 and bf16 tensors runs on NVIDIA's tensor cores where it can
-     * (FCL_ATTENTION_PATH_MMA: compute capability 8.0 or later, the kernels built and their
-     * self-check passed); 0, with the reason in attention_mma_because, elsewhere. */
+    /* 1: NVIDIA's kernels run the calls they take (compute capability 8.0 or later, the
+     * kernels built and their self-check passed): f16 and bf16 prefill on the tensor cores
+     * (FCL_ATTENTION_PATH_MMA) and decoding by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV);
+     * 0, with the reason in attention_mma_because, elsewhere. */
     int attention_mma;
     char attention_mma_because[160];
 } fcl_device_info;
@@ -393,10 +394,13 @@ typedef enum fcl_attention_path {
     FCL_ATTENTION_PATH_DECODE = 1, /* one query per work-group (len_q <= 4 on GPUs) */
     FCL_ATTENTION_PATH_ROWS = 2,   /* a block of queries per work-item (CPUs, and any device
                                       whose local memory holds no tile for the head dims) */
-    FCL_ATTENTION_PATH_MMA = 3     /* NVIDIA tensor cores (fcl_device_info.attention_mma): f16
+    FCL_ATTENTION_PATH_MMA = 3,    /* NVIDIA tensor cores (fcl_device_info.attention_mma): f16
                                       or bf16 q, k and v, head dims up to 128 and multiples of
                                       8, every row of q, k and v starting at a multiple of 8
                                       elements, len_q above 4 */
+    FCL_ATTENTION_PATH_DECODE_NV = 4 /* NVIDIA decode by warp shuffles (with attention_mma):
+                                        len_q up to 4, heads_q / heads_kv odd (1: no GQA), any
+                                        storage types, the same rules on head dims and rows */
 } fcl_attention_path;
 
 /* How fcl_attention would run d: the kernel, its tile shape and the number of key splits. */

@@ -43,6 +43,7 @@ const char *fcl_attention_path_name(fcl_attention_path p)
     case FCL_ATTENTION_PATH_DECODE: return "decode";
     case FCL_ATTENTION_PATH_ROWS: return "rows";
     case FCL_ATTENTION_PATH_MMA: return "mma";
+    case FCL_ATTENTION_PATH_DECODE_NV: return "decode_nv";
     }
     return "unknown";
 }
@@ -181,8 +182,9 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
     if (l->path == FCL_ATTENTION_PATH_MMA) {
         kern = ctx->attention_mma[l->bucket][d->dtype_q - FCL_DTYPE_F16];
     } else {
-        cl_kernel *kernels = l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
-                                               : ctx->attention[l->bucket][l->path];
+        cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
+                             : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
+                                                 : ctx->attention[l->bucket][l->path];
         for (int v = 0; v < FCL_ATTENTION_VARIANTS && !kern; v++)
             if (!(p.flags & ~(cl_uint)fcl_attention_variant_features(v)))
                 kern = kernels[v];

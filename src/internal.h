@@ -49,6 +49,9 @@ struct fcl_context {
      * built. */
     cl_program mma_program;
     cl_kernel attention_mma[FCL_MMA_BUCKETS][2];
+    /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
+     * bucket and feature set (no _mod build, as the portable decode kernel). */
+    cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
@@ -238,10 +241,12 @@ typedef struct fcl_attention_launch {
  * local memory nor a large work-group). */
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
-/* The tensor-core launch for d where that path takes it (info->attention_mma, f16 or bf16 q,
- * k and v, head dims up to 128 in multiples of 8, len_q above FCL_ATTENTION_DECODE_MAX_Q, and
- * rows_aligned: every row of q, k and v at a multiple of 8 elements, for its 16-byte copies);
- * returns 0 where it does not, and the caller plans the portable path. */
+/* The NVIDIA launch for d where those kernels take it (info->attention_mma, head dims up to
+ * 128 in multiples of 8, and rows_aligned: every row of q, k and v at a multiple of 8
+ * elements, for their 16-byte loads): the tensor cores for f16 or bf16 q, k and v with len_q
+ * above FCL_ATTENTION_DECODE_MAX_Q, the shuffle decode kernel for len_q up to it where GQA
+ * groups are odd (1 included); returns 0 where neither does, and the caller plans the portable
+ * path. */
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch);
 

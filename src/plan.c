@@ -560,7 +560,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
                               fcl_attention_path path, int bucket, size_t bq, size_t bk,
                               size_t work_group_size, fcl_attention_launch *launch)
 {
-    const int decode = path == FCL_ATTENTION_PATH_DECODE;
+    const int decode = path == FCL_ATTENTION_PATH_DECODE || path == FCL_ATTENTION_PATH_DECODE_NV;
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t heads_step = decode ? decode_heads_step(d) : 1;
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
@@ -657,9 +657,18 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
 {
     const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     const int half = d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_BF16;
-    if (!info->attention_mma || !rows_aligned || !half || d->dtype_kv != d->dtype_q ||
-        bucket < 0 || bucket >= FCL_MMA_BUCKETS || d->head_dim % 8 || d->head_dim_v % 8 ||
-        d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
+    if (!info->attention_mma || !rows_aligned || bucket < 0 || bucket >= FCL_MMA_BUCKETS ||
+        d->head_dim % 8 || d->head_dim_v % 8)
+        return 0;
+    /* Decoding: where the portable kernel does not take several query heads of a kv head
+     * together (the shuffle kernel takes one: with 4 it needed 254 registers on the H100 and
+     * ran slower than the portable kernel, docs/PERFORMANCE.md). */
+    if (d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
+        return decode_heads_step(d) == 1 &&
+               plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, bucket, 1,
+                           FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS,
+                           launch) == FCL_SUCCESS;
+    if (!half || d->dtype_kv != d->dtype_q)
         return 0;
     const size_t warps = fcl_plan_mma_warps(bucket);
     return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket,

@@ -21,6 +21,7 @@ extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
 extern const char fcl_cl_attention_mma_nv[];
 extern const char fcl_cl_mma_check_nv[];
+extern const char fcl_cl_attention_decode_nv[];
 
 #define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
 
@@ -265,9 +266,12 @@ static void release_kernel(cl_kernel *k)
 /* The tensor-core kernels and their program. */
 static void release_mma_kernels(fcl_context *ctx)
 {
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         for (int t = 0; t < 2; t++)
             release_kernel(&ctx->attention_mma[b][t]);
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            release_kernel(&ctx->attention_decode_nv[b][v]);
+    }
     if (ctx->mma_program) {
         clReleaseProgram(ctx->mma_program);
         ctx->mma_program = NULL;
@@ -486,6 +490,15 @@ char *fcl_mma_kernel_source(void)
                      fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
                      fcl_plan_mma_warps(b), fcl_plan_mma_row_tiles(b), FA_FEATURES_ALL,
                      fcl_cl_attention_mma_nv);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            if (decode_built_for(v))
+                text_add(&t, "#define FA_NAME decode_nv_d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                             "#line 1 \"attention_decode_nv.cl\"\n%s\n"
+                             "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                         fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
+                         fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
+                         fcl_cl_attention_decode_nv);
     text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     if (t.failed) {
         free(t.s);
@@ -535,9 +548,24 @@ static int mma_check_passes(fcl_context *ctx)
     return passes;
 }
 
-/* Builds the tensor-core kernels where the planner wants them and they pass the self-check;
- * elsewhere info.attention_mma stays 0 with the reason, and nothing fails but running out of
- * host memory: the portable kernels serve. */
+/* Creates one kernel of the NVIDIA program for work-groups of `group`; where it cannot run
+ * them, *fits = 0 and because says why. */
+static fcl_status create_nv_kernel(fcl_context *ctx, const char *name, cl_kernel *out, size_t group,
+                                   int *fits, char *because, size_t cap)
+{
+    size_t wg;
+    cl_ulong local;
+    fcl_status s = create_fitting(ctx, ctx->mma_program, name, out, group, fits, &wg, &local);
+    if (s == FCL_SUCCESS && !*fits)
+        snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local memory; it "
+                 "needs %zu and the device has %llu", name, wg, (unsigned long long)local, group,
+                 (unsigned long long)ctx->info.local_mem_size);
+    return s;
+}
+
+/* Builds the NVIDIA kernels (tensor-core prefill, shuffle decode) where the planner wants
+ * them and they pass the self-check; elsewhere info.attention_mma stays 0 with the reason,
+ * and nothing fails but running out of host memory: the portable kernels serve. */
 static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
                                     const fcl_tuning *tuning)
 {
@@ -549,20 +577,21 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
         return FCL_SUCCESS;
     fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, &from_cache);
     for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
-        for (int ty = 0; ty < 2 && s == FCL_SUCCESS && fits; ty++) {
+        for (int i = 0; i < 2 && s == FCL_SUCCESS && fits; i++) {
             char name[40];
-            size_t wg;
-            cl_ulong local;
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
-                     dtype_suffix[FCL_DTYPE_F16 + ty]);
-            const size_t group = fcl_plan_mma_warps(b) * 32;
-            s = create_fitting(ctx, ctx->mma_program, name, &ctx->attention_mma[b][ty], group,
-                               &fits, &wg, &local);
-            if (s == FCL_SUCCESS && !fits)
-                snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local "
-                         "memory; it needs %zu and the device has %llu", name, wg,
-                         (unsigned long long)local, group,
-                         (unsigned long long)ctx->info.local_mem_size);
+                     dtype_suffix[FCL_DTYPE_F16 + i]);
+            s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i], fcl_plan_mma_warps(b) * 32,
+                                 &fits, because, cap);
+        }
+    for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
+            char name[40];
+            snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", fcl_attention_bucket_dim(b),
+                     fcl_attention_variant_suffix(v));
+            if (decode_built_for(v))
+                s = create_nv_kernel(ctx, name, &ctx->attention_decode_nv[b][v], FA_DNV_LWS, &fits,
+                                     because, cap);
         }
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
         release_mma_kernels(ctx);

@@ -406,9 +406,9 @@ void attention_free_inputs(attention_run *r)
     free((void *)r->io.mask);
 }
 
-/* An additive mask [batch][heads][len_q][len_kv] with -inf blocks, every 4th row hidden
- * whole; f16 or f32. */
-void *attention_additive_mask(attention_run *r, fcl_mask_type type)
+/* A mask [batch][heads][len_q][len_kv] with -inf blocks, every 4th row hidden whole: additive
+ * f16 or f32, or boolean (0 where the additive one would be -inf). */
+void *attention_mask(attention_run *r, fcl_mask_type type)
 {
     fcl_attention_desc *d = &r->d;
     d->mask_type = type;
@@ -421,7 +421,9 @@ void *attention_additive_mask(attention_run *r, fcl_mask_type type)
     for (size_t e = 0; e < r->mask_n; e++) {
         size_t i = (e / d->len_kv) % d->len_q, j = e % d->len_kv;
         float x = i % 4 == 3 || j % 5 == 2 ? -INFINITY : (float)chk_normal(support_rng());
-        if (type == FCL_MASK_ADD_F16)
+        if (type == FCL_MASK_BOOL_U8)
+            ((uint8_t *)m)[e] = x != -INFINITY;
+        else if (type == FCL_MASK_ADD_F16)
             ((uint16_t *)m)[e] = chk_float_to_half(x);
         else
             ((float *)m)[e] = x;

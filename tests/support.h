@@ -84,8 +84,9 @@ void *test_tensor(size_t n, fcl_dtype t);
 /* Contiguous q, k, v (in layout, capacities len_q and len_kv), out and lse for r->d. */
 void attention_contiguous_inputs(attention_run *r);
 void attention_free_inputs(attention_run *r);
-/* An additive mask [batch][heads][len_q][len_kv] (-inf blocks, every 4th row hidden whole). */
-void *attention_additive_mask(attention_run *r, fcl_mask_type type);
+/* A mask [batch][heads][len_q][len_kv] (-inf blocks, every 4th row hidden whole), additive or
+ * boolean (0 for -inf). */
+void *attention_mask(attention_run *r, fcl_mask_type type);
 /* A paged cache of the lengths lens (NULL: len_kv), pages in shuffled order with spares;
  * *table_out gets the block table (malloc'd). */
 void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out);

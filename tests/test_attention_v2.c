@@ -109,7 +109,7 @@ static void test_plain_and_all_feature_kernels_agree(void **state)
                                  .len_kv = 77, .head_dim = 64, .kv_splits = 2,
                                  .causal = FCL_CAUSAL_BOTTOM_RIGHT}};
         attention_contiguous_inputs(&r);
-        attention_additive_mask(&r, FCL_MASK_ADD_F32);
+        attention_mask(&r, FCL_MASK_ADD_F32);
         float *plain = malloc(r.out_n * sizeof(float)), *all = malloc(r.out_n * sizeof(float));
         assert_true(plain && all);
         fcl_attention_host_io io = r.io;
@@ -176,7 +176,7 @@ static void test_softcap(void **state)
                                      .head_dim = 64, .softcap = caps[c], .scale = 0.5f,
                                      .causal = (fcl_causal)causal}};
             attention_contiguous_inputs(&r);
-            attention_additive_mask(&r, FCL_MASK_ADD_F32);
+            attention_mask(&r, FCL_MASK_ADD_F32);
             check_attention_run(&r);
             attention_free_inputs(&r);
         }
@@ -206,7 +206,7 @@ static void test_alibi(void **state)
             check_attention_run(&r);
             /* ggml's max_bias convention: the slope scales a float16 mask of positions. */
             r.d.alibi_from_mask = 1;
-            uint16_t *m = attention_additive_mask(&r, FCL_MASK_ADD_F16);
+            uint16_t *m = attention_mask(&r, FCL_MASK_ADD_F16);
             for (size_t e = 0; e < r.mask_n; e++)
                 if (m[e] != chk_float_to_half(-INFINITY))
                     m[e] = chk_float_to_half(-(float)((e % 50) % 13));
@@ -243,7 +243,7 @@ static void test_sinks(void **state)
             attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = len_q,
                                      .len_kv = 90, .head_dim = 64, .kv_splits = splits}};
             attention_contiguous_inputs(&r);
-            attention_additive_mask(&r, FCL_MASK_ADD_F32); /* every 4th row hidden: out 0, lse = sink */
+            attention_mask(&r, FCL_MASK_ADD_F32); /* every 4th row hidden: out 0, lse = sink */
             r.io.sinks = sinks;
             check_attention_run(&r);
             attention_free_inputs(&r);
@@ -300,7 +300,7 @@ static void test_gqa_decode_groups(void **state)
                                      .dtype_kv = FCL_DTYPE_F16}};
             attention_contiguous_inputs(&r);
             check_attention_run(&r);
-            attention_additive_mask(&r, FCL_MASK_ADD_F16);
+            attention_mask(&r, FCL_MASK_ADD_F16);
             r.io.sinks = sinks;
             r.io.alibi_slopes = slopes;
             check_attention_run(&r);
@@ -325,7 +325,7 @@ static void test_combined(void **state)
                                      .dtype_o = (fcl_dtype)dt}};
             int32_t *table;
             attention_paged_inputs(&r, lens, &table);
-            attention_additive_mask(&r, FCL_MASK_ADD_F16);
+            attention_mask(&r, FCL_MASK_ADD_F16);
             r.io.sinks = sinks;
             r.io.alibi_slopes = slopes;
             check_attention_run(&r);

@@ -1,9 +1,10 @@
 /* The vendor fast paths against the portable path and the float64 reference, on the device
- * the tests run on: attention on NVIDIA's tensor cores (FCL_ATTENTION_PATH_MMA,
- * cl/attention_mma_nv.cl). Each call runs twice, on the test context (the fast path where the
- * device has it) and on a context with it switched off (FLASHCL_TUNE=attention_mma=0): both
- * must match the reference, and each other. Elsewhere the same calls check that the path is
- * off and says why. */
+ * the tests run on: NVIDIA's prefill on the tensor cores (FCL_ATTENTION_PATH_MMA,
+ * cl/attention_mma_nv.cl) and decode by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV,
+ * cl/attention_decode_nv.cl). Each call runs twice, on the test context (the fast path where
+ * the device has it) and on a context with them switched off (FLASHCL_TUNE=attention_mma=0):
+ * both must match the reference, and each other. Elsewhere the same calls check that the
+ * paths are off and say why. */
 #define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include "support.h"
 
@@ -32,7 +33,8 @@ static fcl_context *portable_context(void)
     return ctx;
 }
 
-/* Whether this device should run f16 and bf16 attention on its tensor cores. */
+/* Whether this device should run the NVIDIA kernels (f16 and bf16 prefill on its tensor
+ * cores, decode by shuffles). */
 static int mma_expected(void)
 {
     const char *tune = getenv("FLASHCL_TUNE");
@@ -48,12 +50,13 @@ static fcl_attention_path path_of(fcl_context *ctx, const fcl_attention_desc *d)
 }
 
 /* r on both contexts, each against the reference, and the two outputs against each other
- * (float32 out, the storage types' tolerance). */
-static void check_both(fcl_context *portable, attention_run *r)
+ * (float32 out, the storage types' tolerance); fast_path: the path r takes where the device has
+ * the NVIDIA kernels. */
+static void check_both(fcl_context *portable, attention_run *r, fcl_attention_path fast_path)
 {
     const fcl_attention_desc d = chk_attention_defaults(r->d);
-    assert_int_equal(path_of(support_ctx, &r->d) == FCL_ATTENTION_PATH_MMA, mma_expected());
-    assert_int_not_equal(path_of(portable, &r->d), FCL_ATTENTION_PATH_MMA);
+    assert_int_equal(path_of(support_ctx, &r->d) == fast_path, mma_expected());
+    assert_int_not_equal(path_of(portable, &r->d), fast_path);
     check_attention_run(r);
     check_attention_run_on(portable, r);
     float *fast = calloc(r->out_n, sizeof(float)), *slow = calloc(r->out_n, sizeof(float));
@@ -116,6 +119,24 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         assert_int_not_equal(path_of(support_ctx, &others[i]), FCL_ATTENTION_PATH_MMA);
+    /* Decoding (len_q up to 4) in every storage type takes the shuffle kernel where GQA
+     * groups are odd, but not with groups of 2 or 4, head dims above 128 or not multiples of 8,
+     * or rows not at multiples of 8 elements. */
+    for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++) {
+        d = base;
+        d.len_q = 4;
+        d.dtype_q = d.dtype_kv = (fcl_dtype)t;
+        assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV); /* 4 / 2 */
+        d.heads_kv = 4;
+        assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_DECODE_NV, mma_expected());
+        d.head_dim = 256;
+        assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV);
+        d.head_dim = 60;
+        assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV);
+        d.head_dim = 64;
+        d.k_view.offset = 4;
+        assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV);
+    }
     fcl_context_destroy(portable);
 }
 
@@ -140,7 +161,7 @@ static void test_mma_prefill_matches(void **state)
                     chk_store((void *)r.io.q, (fcl_dtype)t,
                               chk_attention_offset(r.d.layout, 4, r.d.len_q, r.d.head_dim, 1, 3, 7) + 5,
                               NAN);
-                check_both(portable, &r);
+                check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
                 attention_free_inputs(&r);
             }
     fcl_context_destroy(portable);
@@ -160,7 +181,7 @@ static void test_mma_features_match(void **state)
                                      .dtype_kv = (fcl_dtype)t}};
         int32_t *table;
         attention_paged_inputs(&paged, lens, &table);
-        check_both(portable, &paged);
+        check_both(portable, &paged, FCL_ATTENTION_PATH_MMA);
         attention_free_inputs(&paged);
         free(table);
 
@@ -176,7 +197,7 @@ static void test_mma_features_match(void **state)
         packed.io.q = test_tensor(packed.q_n, (fcl_dtype)t);
         packed.io.k = test_tensor(packed.k_n, (fcl_dtype)t);
         packed.io.v = test_tensor(packed.v_n, (fcl_dtype)t);
-        check_both(portable, &packed);
+        check_both(portable, &packed, FCL_ATTENTION_PATH_MMA);
         attention_free_inputs(&packed);
 
         static float slopes[4], sinks[4] = {0.5f, -INFINITY, 2.0f, -1.0f};
@@ -186,11 +207,101 @@ static void test_mma_features_match(void **state)
                                       .window = 1, .window_left = 40, .window_right = 7,
                                       .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
         attention_contiguous_inputs(&scored);
-        attention_additive_mask(&scored, FCL_MASK_ADD_F16);
+        attention_mask(&scored, FCL_MASK_ADD_F16);
         scored.io.alibi_slopes = slopes;
         scored.io.sinks = sinks;
-        check_both(portable, &scored);
+        check_both(portable, &scored, FCL_ATTENTION_PATH_MMA);
         attention_free_inputs(&scored);
+    }
+    fcl_context_destroy(portable);
+}
+
+/* Decoding in every storage type (and float32 queries over a bf16 cache): no GQA and groups of
+ * 3 heads, 1 to 4 queries, both causal rules and none, head dims of both buckets (72: lanes past it idle),
+ * fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
+ * another (every score of that head NaN). */
+static void test_decode_nv_matches(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const size_t shapes[][6] = {/* heads_q, heads_kv, len_q, len_kv, head_dim, kv_splits */
+                                {8, 8, 1, 1000, 128, 0}, {4, 4, 3, 333, 64, 0}, {6, 2, 4, 70, 72, 0},
+                                {6, 2, 2, 5000, 128, 5}, {3, 1, 1, 20, 64, 0}};
+    for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16 + 1; t++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+            for (int causal = 0; causal <= 2; causal++) {
+                const int mixed = t > FCL_DTYPE_BF16; /* float32 q and out, bf16 K and V */
+                attention_run r = {.d = {.batch = 2, .heads_q = shapes[k][0], .heads_kv = shapes[k][1],
+                                         .len_q = shapes[k][2], .len_kv = shapes[k][3],
+                                         .head_dim = shapes[k][4], .kv_splits = shapes[k][5],
+                                         .causal = (fcl_causal)causal,
+                                         .dtype_q = mixed ? FCL_DTYPE_F32 : (fcl_dtype)t,
+                                         .dtype_kv = mixed ? FCL_DTYPE_BF16 : (fcl_dtype)t}};
+                attention_contiguous_inputs(&r);
+                if (k == 0 && causal == 0) {
+                    const fcl_attention_desc f = chk_attention_defaults(r.d);
+                    const size_t key77 = chk_attention_offset(f.layout, f.heads_kv, f.len_kv, f.head_dim, 1, 1, 77);
+                    const size_t q12 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 1, 2, 0);
+                    const size_t q05 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 0, 5, 0);
+                    chk_store((void *)r.io.k, f.dtype_kv, key77 + 3, NAN);
+                    chk_store((void *)r.io.q, f.dtype_q, q12 + 9, INFINITY);
+                    chk_store((void *)r.io.q, f.dtype_q, q12 + 10, -INFINITY);
+                    chk_store((void *)r.io.q, f.dtype_q, q05 + 1, NAN); /* every score of the head NaN */
+                }
+                check_both(portable, &r, FCL_ATTENTION_PATH_DECODE_NV);
+                attention_free_inputs(&r);
+            }
+    fcl_context_destroy(portable);
+}
+
+/* The descriptor's features on the decode path: a shuffled paged cache with per-sequence
+ * lengths (an empty one among them), packed queries and keys, and the score modifiers with
+ * float16 and boolean masks. */
+static void test_decode_nv_features_match(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++) {
+        static const int32_t lens[3] = {1000, 0, 37};
+        attention_run paged = {.d = {.batch = 3, .heads_q = 6, .heads_kv = 2, .len_q = 2,
+                                     .len_kv = 1000, .head_dim = 128, .page_size = 16,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t,
+                                     .dtype_kv = (fcl_dtype)t}};
+        int32_t *table;
+        attention_paged_inputs(&paged, lens, &table);
+        check_both(portable, &paged, FCL_ATTENTION_PATH_DECODE_NV);
+        attention_free_inputs(&paged);
+        free(table);
+
+        static const int32_t cu_q[5] = {0, 1, 1, 4, 6}, cu_kv[5] = {0, 90, 90, 390, 420};
+        attention_run packed = {.d = {.batch = 4, .heads_q = 3, .heads_kv = 1, .len_q = 3,
+                                      .len_kv = 300, .head_dim = 64, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+        packed.io.cu_seqlens_q = cu_q;
+        packed.io.cu_seqlens_kv = cu_kv;
+        packed.q_n = packed.out_n = 6 * 3 * 64;
+        packed.k_n = packed.v_n = 420 * 1 * 64;
+        packed.lse_n = 3 * 6;
+        packed.io.q = test_tensor(packed.q_n, (fcl_dtype)t);
+        packed.io.k = test_tensor(packed.k_n, (fcl_dtype)t);
+        packed.io.v = test_tensor(packed.v_n, (fcl_dtype)t);
+        check_both(portable, &packed, FCL_ATTENTION_PATH_DECODE_NV);
+        attention_free_inputs(&packed);
+
+        static float slopes[8], sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
+        assert_int_equal(fcl_alibi_slopes(8, 8.0f, slopes), FCL_SUCCESS);
+        for (int bool_mask = 0; bool_mask <= 1; bool_mask++) {
+            attention_run scored = {.d = {.batch = 2, .heads_q = 6, .heads_kv = 2, .len_q = 2,
+                                          .len_kv = 700, .head_dim = 128, .softcap = 20.0f,
+                                          .window = 1, .window_left = 300, .window_right = 7,
+                                          .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+            attention_contiguous_inputs(&scored);
+            attention_mask(&scored, bool_mask ? FCL_MASK_BOOL_U8 : FCL_MASK_ADD_F16);
+            scored.io.alibi_slopes = slopes;
+            scored.io.sinks = sinks;
+            check_both(portable, &scored, FCL_ATTENTION_PATH_DECODE_NV);
+            attention_free_inputs(&scored);
+        }
     }
     fcl_context_destroy(portable);
 }
@@ -201,6 +312,8 @@ int main(void)
         cmocka_unit_test(test_mma_path_is_planned_where_it_runs),
         cmocka_unit_test(test_mma_prefill_matches),
         cmocka_unit_test(test_mma_features_match),
+        cmocka_unit_test(test_decode_nv_matches),
+        cmocka_unit_test(test_decode_nv_features_match),
     };
     return support_run_tests(tests);
 }

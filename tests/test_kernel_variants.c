@@ -50,7 +50,7 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         attention_run r = {.d = shape};
         r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT, r.d.kv_splits = 2, r.d.dtype_kv = FCL_DTYPE_F16;
         attention_contiguous_inputs(&r);
-        attention_additive_mask(&r, FCL_MASK_ADD_F32);
+        attention_mask(&r, FCL_MASK_ADD_F32);
         check_attention_run(&r);
         attention_free_inputs(&r);
 
@@ -58,7 +58,7 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         r.d.causal = FCL_CAUSAL_TOP_LEFT, r.d.softcap = 30.0f, r.d.kv_splits = 2;
         r.d.window = 1, r.d.window_left = 9, r.d.window_right = 3;
         attention_contiguous_inputs(&r);
-        attention_additive_mask(&r, FCL_MASK_ADD_F16);
+        attention_mask(&r, FCL_MASK_ADD_F16);
         r.io.sinks = sinks;
         r.io.alibi_slopes = slopes;
         check_attention_run(&r);

@@ -452,9 +452,9 @@ static void test_local_mem_count_is_fitted(void **state)
     assert_true(h100.attention_tiles[3].block_q > 0);
 }
 
-/* The tensor-core path: built for NVIDIA GPUs of compute capability 8.0 and later unless
- * switched off, and planned for the calls its kernels take: 64 keys a tile, 128 queries a
- * group (4 warps of 32 rows at head dim 64, 8 of 16 at 128). */
+/* The NVIDIA paths: built for GPUs of compute capability 8.0 and later unless switched off,
+ * and planned for the calls their kernels take: on the tensor cores 64 keys a tile, 128
+ * queries a group (4 warps of 32 rows at head dim 64, 8 of 16 at 128); decoding by shuffles. */
 static void test_mma_path_rules(void **state)
 {
     (void)state;
@@ -499,11 +499,20 @@ static void test_mma_path_rules(void **state)
          .head_dim_v = 256, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .head_dim_v = 60, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
-        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 4, .len_kv = 100, .head_dim = 64,
+        {.batch = 1, .heads_q = 8, .heads_kv = 2, .len_q = 4, .len_kv = 100, .head_dim = 64,
          .head_dim_v = 64, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
         assert_false(fcl_plan_attention_mma(&nv, &refused[i], 1, &l));
+    /* Decoding without a GQA group of 2 or more heads, in any storage type: the shuffle
+     * kernel, a key row a 8-lane row group at head dim 64 (16 groups of 8 keys a step). */
+    const fcl_attention_desc decode = {.batch = 1, .heads_q = 6, .heads_kv = 2, .len_q = 4,
+                                       .len_kv = 5000, .head_dim = 64, .head_dim_v = 64};
+    assert_true(fcl_plan_attention_mma(&nv, &decode, 1, &l));
+    assert_int_equal(l.path, FCL_ATTENTION_PATH_DECODE_NV);
+    assert_true(l.block_q == 1 && l.block_kv == 128 && l.work_group_size == 128 &&
+                l.heads_step == 1 && l.q_tiles == 4);
+    assert_false(fcl_plan_attention_mma(&nv, &decode, 0, &l)); /* rows not at multiples of 8 */
 }
 
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */

@@ -109,11 +109,11 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
     if (i->attention_mma)
-        printf("  tensor cores        attention on f16 and bf16 (compute capability %u.%u; "
-               "FLASHCL_TUNE=attention_mma=0 turns it off)\n",
+        printf("  NVIDIA kernels      tensor-core prefill (f16, bf16) and shuffle decode (compute "
+               "capability %u.%u; FLASHCL_TUNE=attention_mma=0 turns them off)\n",
                i->nv_compute_capability / 10, i->nv_compute_capability % 10);
     else
-        printf("  tensor cores        not used: %s\n", i->attention_mma_because);
+        printf("  NVIDIA kernels      not used: %s\n", i->attention_mma_because);
     printf("  attention tiles\n");
     for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
         const struct fcl_attention_tile *t = &i->attention_tiles[b];
