@@ -117,17 +117,34 @@ FA_MMA_DEFINE(bf16)
 #define FA_MMA_NKEYS (FA_MMA_BK / 8)  /* 8-key blocks of a score tile */
 #define FA_MMA_NDIMS (FA_D / 8)   /* 8-column blocks of the output */
 
-/* Copies rows [k0, k0 + FA_MMA_BK) of a K or V tensor into tile, 16 bytes a copy; rows past
- * end and columns past dim become zeros. */
-FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+/* Where rows [k0, k0 + FA_MMA_BK) of K and V start (k0 < end; rows past end repeat row k0),
+ * for the tile copies: one lookup a key for both (a block-table load where paged), made once
+ * a tile rather than by each of the copies of a row, which then waited on it. The caller's
+ * barrier before (every copy of the last tiles issued) and this one after order the table's
+ * writes and reads. */
+FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local ulong *v_at,
                                                   const fa_params *p, const fa_io *io,
-                                                  __global const ushort *src, const fa_rows *r,
-                                                  ulong k0, ulong end, uint dim)
+                                                  const fa_seq *s, ulong k0, ulong end)
+{
+    for (uint t = get_local_id(0); t < FA_MMA_BK; t += FA_MMA_WARPS * 32) {
+        const fa_place at = fa_place_of(p, io, &s->k, k0 + t < end ? k0 + t : k0);
+        k_at[t] = fa_row_at(&s->k, at);
+        v_at[t] = fa_row_at(&s->v, at);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Copies rows [k0, k0 + FA_MMA_BK) of a K or V tensor (row t at src + row_at[t]) into tile,
+ * 16 bytes a copy; rows past end and columns past dim become zeros. */
+FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+                                                  __global const ushort *src,
+                                                  __local const ulong *row_at, ulong k0,
+                                                  ulong end, uint dim)
 {
     for (uint c = get_local_id(0); c < FA_MMA_BK * (FA_D / 8); c += FA_MMA_WARPS * 32) {
         const uint row = c / (FA_D / 8), col = c % (FA_D / 8) * 8;
         const int inside = k0 + row < end && col < dim;
-        __global const ushort *from = inside ? src + fa_row(p, io, r, k0 + row) + col : src;
+        __global const ushort *from = inside ? src + row_at[row] + col : src;
         fa_mma_copy16(&tile[row][col], from, inside ? 16 : 0);
     }
 }
@@ -138,6 +155,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     FA_GATHER_ARGS;
     __local ushort k_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
     __local ushort v_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
+    __local ulong k_at[FA_MMA_BK], v_at[FA_MMA_BK]; /* the tile's rows (fa_mma_tile_rows) */
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     __global const ushort *q_all = (__global const ushort *)io->q;
     __global const ushort *k_all = (__global const ushort *)io->k;
@@ -159,7 +177,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
         const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
         if (w.kv_begin < w.kv_end) {
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, p, io, k_all, &w.s.k, w.kv_begin, w.kv_end,
+            FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at, v_at, p, io, &w.s, w.kv_begin, w.kv_end);
+            FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at, w.kv_begin, w.kv_end,
                                                (uint)p->head_dim);
             fa_mma_copies_commit();
         }
@@ -193,7 +212,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_MMA_BK) {
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, p, io, v_all, &w.s.v, k0, w.kv_end,
+            FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, v_at, k0, w.kv_end,
                                                (uint)p->head_dim_v);
             fa_mma_copies_commit();
 
@@ -218,8 +237,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* V tile in; every warp is done with the K tile */
             if (k0 + FA_MMA_BK < w.kv_end) {
-                FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, p, io, k_all, &w.s.k, k0 + FA_MMA_BK,
-                                                   w.kv_end, (uint)p->head_dim);
+                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at, v_at, p, io, &w.s, k0 + FA_MMA_BK, w.kv_end);
+                FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at, k0 + FA_MMA_BK, w.kv_end,
+                                                   (uint)p->head_dim);
                 fa_mma_copies_commit();
             }
 

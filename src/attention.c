@@ -25,8 +25,15 @@ static int rows_aligned8(const fcl_attention_params *p)
     return any % 8 == 0;
 }
 
-static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l)
+/* The launch for pr, and the problem the kernels run: pr, or where a GQA group decodes on the
+ * tensor cores, the group's heads as rows of one kv head (fcl_attention_gqa_rows). */
+static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l,
+                       fcl_attention_problem *run)
 {
+    if (fcl_attention_gqa_rows(pr, run) &&
+        fcl_plan_attention_gqa_rows(&ctx->info, &run->d, rows_aligned8(&run->params), l))
+        return FCL_SUCCESS;
+    *run = *pr;
     if (fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l))
         return FCL_SUCCESS;
     if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
@@ -51,7 +58,7 @@ const char *fcl_attention_path_name(fcl_attention_path p)
 fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
                               fcl_attention_plan_info *info)
 {
-    fcl_attention_problem pr;
+    fcl_attention_problem pr, run;
     fcl_attention_launch l;
     if (!ctx)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
@@ -65,7 +72,7 @@ fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
                              .alibi_slopes = d->alibi_from_mask != 0};
     fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &pr, &l);
+        s = plan(ctx, &pr, &l, &run);
     if (s == FCL_SUCCESS) {
         info->block_q = l.block_q;
         info->block_kv = l.block_kv;
@@ -180,7 +187,8 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
      * call, and is built wherever the path is). */
     cl_kernel kern = NULL;
     if (l->path == FCL_ATTENTION_PATH_MMA) {
-        kern = ctx->attention_mma[l->bucket][d->dtype_q - FCL_DTYPE_F16];
+        kern = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket]
+                                                                        [d->dtype_q - FCL_DTYPE_F16];
     } else {
         cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
                              : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
@@ -239,7 +247,7 @@ fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
                              const fcl_attention_io *io, cl_uint n_wait, const cl_event *wait,
                              cl_event *done)
 {
-    fcl_attention_problem pr;
+    fcl_attention_problem pr, run;
     fcl_attention_launch l;
     fcl_attention_buffers b;
     if (!ctx)
@@ -254,11 +262,11 @@ fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
     if (s == FCL_SUCCESS)
         s = check_device_io(ctx, &pr, io, &b);
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &pr, &l);
+        s = plan(ctx, &pr, &l, &run);
     if (s != FCL_SUCCESS)
         return s;
     pthread_mutex_lock(&ctx->lock);
-    s = enqueue(ctx, &pr, &l, &b, n_wait, wait, done);
+    s = enqueue(ctx, &run, &l, &b, n_wait, wait, done);
     pthread_mutex_unlock(&ctx->lock);
     return s;
 }
@@ -312,7 +320,7 @@ static host_tensor host_tensor_of(const char *name, const void *ptr, size_t offs
 fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *desc,
                                   const fcl_attention_host_io *io)
 {
-    fcl_attention_problem pr;
+    fcl_attention_problem pr, run;
     fcl_attention_launch l;
     fcl_attention_extents e, dev;
     size_t total_q, total_kv;
@@ -338,7 +346,7 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     /* Planning follows validation, so bad input is named as such on any device; an
      * unsupported shape still fails before any allocation. */
     if (s == FCL_SUCCESS)
-        s = plan(ctx, &pr, &l);
+        s = plan(ctx, &pr, &l, &run);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_attention_desc *d = &pr.d;

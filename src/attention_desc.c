@@ -372,3 +372,36 @@ int fcl_attention_out_overlaps(const fcl_attention_problem *pr, const fcl_attent
     const size_t i_first = views[input]->offset * in_bytes, i_end = ends[input] * in_bytes;
     return o_first < i_end && i_first < o_end;
 }
+
+/* ---- GQA decoding as rows of one kv head ---- */
+
+int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_problem *rows)
+{
+    const fcl_attention_desc *d = &pr->d;
+    const fcl_attention_params *p = &pr->params;
+    const size_t group = d->heads_q / d->heads_kv;
+    /* What the rewrite keeps: the kv side's addressing, softcap, lse and split-KV. Everything
+     * that depends on the query's position or head (top-left causality, the window, ALiBi,
+     * masks, sinks, packed queries) would change meaning. Bottom-right causality shows one
+     * query every key of its sequence: it becomes no rule. */
+    const cl_uint kept = FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT | FA_FLAG_SOFTCAP |
+                         FA_FLAG_SEQLENS_KV | FA_FLAG_CU_KV | FA_FLAG_PAGED | FA_FLAG_LSE;
+    const int top_left = (p->flags & FA_FLAG_CAUSAL) && !(p->flags & FA_FLAG_BOTTOM_RIGHT);
+    if (d->len_q != 1 || group < 2 || (p->flags & ~kept) || top_left)
+        return 0;
+    *rows = *pr;
+    /* Query head h = hk * group + j becomes row j of head hk: rows q_head apart, heads
+     * group * q_head apart; out likewise. lse's [batch][heads][1] is [batch][heads_kv][group]. */
+    rows->d.heads_q = d->heads_kv;
+    rows->d.len_q = group;
+    rows->d.causal = FCL_CAUSAL_NONE;
+    rows->params.flags &= ~(cl_uint)(FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT);
+    rows->params.heads_q = d->heads_kv;
+    rows->params.group = 1;
+    rows->params.len_q = group;
+    rows->params.q_token = p->q_head;
+    rows->params.q_head = p->q_head * group;
+    rows->params.o_token = p->o_head;
+    rows->params.o_head = p->o_head * group;
+    return 1;
+}

@@ -49,6 +49,7 @@ struct fcl_context {
      * built. */
     cl_program mma_program;
     cl_kernel attention_mma[FCL_MMA_BUCKETS][2];
+    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][2]; /* their one-warp builds (gqa_rows) */
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
      * bucket and feature set (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -215,10 +216,11 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
                  size_t cap);
-/* Warps of a tensor-core work-group for a head-dim bucket (FA_MMA_WARPS), 16 queries each. */
-size_t fcl_plan_mma_warps(int bucket);
+/* Warps of a tensor-core work-group for a head-dim bucket (FA_MMA_WARPS), 16 queries each,
+ * in the prefill build or the GQA decoding build (gqa_rows: one warp). */
+size_t fcl_plan_mma_warps(int bucket, int gqa_rows);
 /* ... and its tiles of 16 query rows a warp (FA_MMA_MT). */
-size_t fcl_plan_mma_row_tiles(int bucket);
+size_t fcl_plan_mma_row_tiles(int bucket, int gqa_rows);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
@@ -233,6 +235,7 @@ typedef struct fcl_attention_launch {
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
+    int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the one-warp build, GQA decoding as rows */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
 } fcl_attention_launch;
 
@@ -249,6 +252,10 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
  * path. */
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch);
+/* The tensor-core launch of GQA decoding as rows of a kv head (d: fcl_attention_gqa_rows's),
+ * on the kernel's one-warp build, where that path takes d's shape; else 0. */
+int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
+                                int rows_aligned, fcl_attention_launch *launch);
 
 /* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which
@@ -323,5 +330,10 @@ fcl_status fcl_attention_check_indices(fcl_context *ctx, const fcl_attention_pro
  * their views, overlap. */
 int fcl_attention_out_overlaps(const fcl_attention_problem *pr, const fcl_attention_extents *e,
                                int input);
+/* Decoding one query row where a GQA group of query heads shares each kv head: the same call
+ * as `group` query rows of each kv head (no GQA), so that a prefill kernel reads each K and V
+ * row once for the group. 1 with *rows filled in where the call's features allow it (its
+ * buffer limits are pr's), else 0. */
+int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_problem *rows);
 
 #endif /* FLASHCL_INTERNAL_H */

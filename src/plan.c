@@ -555,14 +555,15 @@ static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size
 }
 
 /* A launch of path with blocks of bq queries and bk keys: the key splits that fill the
- * device (within the scratch memory and the loop cap) and the work-groups. */
+ * device (within the scratch memory and the loop cap) and the work-groups. decode: a step
+ * holds one query row (or a GQA group's rows): many short key splits fill the device, and the
+ * portable decode kernel takes GQA groups together. */
 static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_desc *d,
-                              fcl_attention_path path, int bucket, size_t bq, size_t bk,
-                              size_t work_group_size, fcl_attention_launch *launch)
+                              fcl_attention_path path, int decode, int bucket, size_t bq,
+                              size_t bk, size_t work_group_size, fcl_attention_launch *launch)
 {
-    const int decode = path == FCL_ATTENTION_PATH_DECODE || path == FCL_ATTENTION_PATH_DECODE_NV;
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
-    size_t heads_step = decode ? decode_heads_step(d) : 1;
+    size_t heads_step = path == FCL_ATTENTION_PATH_DECODE ? decode_heads_step(d) : 1;
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
     size_t fill = (size_t)info->compute_units *
                   (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
@@ -581,6 +582,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
 
     launch->bucket = bucket;
     launch->path = path;
+    launch->gqa_rows = 0;
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
@@ -622,7 +624,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
     launch->refusal = "the kernels for this device were not built";
     if (bq == 0 || bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
-    return plan_launch(info, d, path, bucket, bq, bk,
+    return plan_launch(info, d, path, decode, bucket, bq, bk,
                        path == FCL_ATTENTION_PATH_ROWS     ? 1
                        : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
                                                            : tile->work_group_size,
@@ -649,30 +651,57 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
  * (161 TFLOP/s; 4 x 1: 151, 2 x 2: 137, 8 x 1: 97), each K and V fragment read from local
  * memory feeding two products; at 128, 8 warps of 1 (175; 4 x 2: 123 and 8 x 2: 139, too
  * many registers; 4 x 1: 131), whose K and V tiles serve 128 queries. */
-size_t fcl_plan_mma_warps(int bucket) { return bucket == 0 ? 4 : 8; }
-size_t fcl_plan_mma_row_tiles(int bucket) { return bucket == 0 ? 2 : 1; }
+size_t fcl_plan_mma_warps(int bucket, int gqa_rows) { return gqa_rows ? 1 : bucket == 0 ? 4 : 8; }
+size_t fcl_plan_mma_row_tiles(int bucket, int gqa_rows) { return gqa_rows || bucket ? 1 : 2; }
+
+/* The head-dim bucket of d where the NVIDIA kernels take its shape (built, head dims up to
+ * 128 in multiples of 8, rows at multiples of 8 elements), else -1. */
+static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *d, int rows_aligned)
+{
+    const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
+    if (!info->attention_mma || !rows_aligned || bucket < 0 || bucket >= FCL_MMA_BUCKETS ||
+        d->head_dim % 8 || d->head_dim_v % 8)
+        return -1;
+    return bucket;
+}
+
+/* The tensor-core launch of d: prefill, or (gqa_rows) GQA decoding as rows of a kv head on
+ * the kernel's one-warp build. */
+static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_desc *d, int bucket,
+                             int gqa_rows, fcl_attention_launch *launch)
+{
+    const int half = d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_BF16;
+    if (bucket < 0 || !half || d->dtype_kv != d->dtype_q)
+        return 0;
+    const size_t warps = fcl_plan_mma_warps(bucket, gqa_rows);
+    if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
+                    warps * 16 * fcl_plan_mma_row_tiles(bucket, gqa_rows), FA_MMA_BK, warps * 32,
+                    launch) != FCL_SUCCESS)
+        return 0;
+    launch->gqa_rows = gqa_rows;
+    return 1;
+}
+
+int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
+                                int rows_aligned, fcl_attention_launch *launch)
+{
+    return plan_tensor_cores(info, d, nvidia_bucket(info, d, rows_aligned), 1, launch);
+}
 
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch)
 {
-    const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
-    const int half = d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_BF16;
-    if (!info->attention_mma || !rows_aligned || bucket < 0 || bucket >= FCL_MMA_BUCKETS ||
-        d->head_dim % 8 || d->head_dim_v % 8)
+    const int bucket = nvidia_bucket(info, d, rows_aligned);
+    if (bucket < 0)
         return 0;
+    if (d->len_q > FCL_ATTENTION_DECODE_MAX_Q)
+        return plan_tensor_cores(info, d, bucket, 0, launch);
     /* Decoding: where the portable kernel does not take several query heads of a kv head
      * together (the shuffle kernel takes one: with 4 it needed 254 registers on the H100 and
      * ran slower than the portable kernel, docs/PERFORMANCE.md). */
-    if (d->len_q <= FCL_ATTENTION_DECODE_MAX_Q)
-        return decode_heads_step(d) == 1 &&
-               plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, bucket, 1,
-                           FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS,
-                           launch) == FCL_SUCCESS;
-    if (!half || d->dtype_kv != d->dtype_q)
-        return 0;
-    const size_t warps = fcl_plan_mma_warps(bucket);
-    return plan_launch(info, d, FCL_ATTENTION_PATH_MMA, bucket,
-                       warps * 16 * fcl_plan_mma_row_tiles(bucket), FA_MMA_BK, warps * 32,
+    return decode_heads_step(d) == 1 &&
+           plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, 1, bucket, 1,
+                       FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS,
                        launch) == FCL_SUCCESS;
 }
 

@@ -269,6 +269,8 @@ static void release_mma_kernels(fcl_context *ctx)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         for (int t = 0; t < 2; t++)
             release_kernel(&ctx->attention_mma[b][t]);
+        for (int t = 0; t < 2; t++)
+            release_kernel(&ctx->attention_mma_rows[b][t]);
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             release_kernel(&ctx->attention_decode_nv[b][v]);
     }
@@ -481,15 +483,17 @@ char *fcl_mma_kernel_source(void)
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int ty = 0; ty < 2; ty++)
-            text_add(&t, "#define FA_NAME mma_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+        for (int x = 0; x < 4; x++) { /* f16, bf16; then their one-warp builds (gqa_rows) */
+            const int ty = x % 2, rows = x / 2;
+            text_add(&t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
                          "#define FA_MMA_WARPS %zu\n#define FA_MMA_MT %zu\n#define FA_FEATURES 0x%xu\n"
                          "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
                          "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_MMA_MT\n#undef FA_FEATURES\n",
+                     rows ? "_rows" : "", fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
                      fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
-                     fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
-                     fcl_plan_mma_warps(b), fcl_plan_mma_row_tiles(b), FA_FEATURES_ALL,
+                     fcl_plan_mma_warps(b, rows), fcl_plan_mma_row_tiles(b, rows), FA_FEATURES_ALL,
                      fcl_cl_attention_mma_nv);
+        }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if (decode_built_for(v))
@@ -581,8 +585,13 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             char name[40];
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
                      dtype_suffix[FCL_DTYPE_F16 + i]);
-            s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i], fcl_plan_mma_warps(b) * 32,
-                                 &fits, because, cap);
+            s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i],
+                                 fcl_plan_mma_warps(b, 0) * 32, &fits, because, cap);
+            snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", fcl_attention_bucket_dim(b),
+                     dtype_suffix[FCL_DTYPE_F16 + i]);
+            if (s == FCL_SUCCESS && fits)
+                s = create_nv_kernel(ctx, name, &ctx->attention_mma_rows[b][i],
+                                     fcl_plan_mma_warps(b, 1) * 32, &fits, because, cap);
         }
     for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {

@@ -216,8 +216,9 @@ static void test_mma_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
-/* Decoding in every storage type (and float32 queries over a bf16 cache): no GQA and groups of
- * 3 heads, 1 to 4 queries, both causal rules and none, head dims of both buckets (72: lanes past it idle),
+/* Decoding on the shuffle kernel in every storage type (and float32 queries over a bf16
+ * cache): no GQA, and groups of 3 heads with 2 to 4 queries (one query of a group is rows on
+ * the tensor cores: test_gqa_decode_rows_match), 1 to 4 queries, both causal rules and none, head dims of both buckets (72: lanes past it idle),
  * fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
  * another (every score of that head NaN). */
 static void test_decode_nv_matches(void **state)
@@ -226,7 +227,7 @@ static void test_decode_nv_matches(void **state)
     fcl_context *portable = portable_context();
     const size_t shapes[][6] = {/* heads_q, heads_kv, len_q, len_kv, head_dim, kv_splits */
                                 {8, 8, 1, 1000, 128, 0}, {4, 4, 3, 333, 64, 0}, {6, 2, 4, 70, 72, 0},
-                                {6, 2, 2, 5000, 128, 5}, {3, 1, 1, 20, 64, 0}};
+                                {6, 2, 2, 5000, 128, 5}, {3, 1, 2, 20, 64, 0}};
     for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16 + 1; t++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int causal = 0; causal <= 2; causal++) {
@@ -306,6 +307,59 @@ static void test_decode_nv_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Decoding one query row with GQA groups in f16 and bf16: the group's heads as rows of one kv
+ * head on the tensor cores (lse, bottom-right causality, softcap, split-KV, a shuffled paged
+ * cache with an empty sequence); the features that depend on the query's position or head
+ * keep the portable decode kernel. */
+static void test_gqa_decode_rows_match(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
+        const size_t shapes[][5] = {/* heads_q, heads_kv, len_kv, head_dim, kv_splits */
+                                    {8, 2, 1000, 128, 0}, {32, 1, 333, 64, 0}, {12, 3, 5000, 72, 7}};
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            attention_run r = {.d = {.batch = 3, .heads_q = shapes[k][0], .heads_kv = shapes[k][1],
+                                     .len_q = 1, .len_kv = shapes[k][2], .head_dim = shapes[k][3],
+                                     .kv_splits = shapes[k][4], .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                     .softcap = k == 1 ? 30.0f : 0.0f, .dtype_q = (fcl_dtype)t,
+                                     .dtype_kv = (fcl_dtype)t}};
+            attention_contiguous_inputs(&r);
+            check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+            attention_free_inputs(&r);
+        }
+        static const int32_t lens[3] = {700, 0, 37};
+        attention_run paged = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 700, .head_dim = 128, .page_size = 16,
+                                     .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+        int32_t *table;
+        attention_paged_inputs(&paged, lens, &table);
+        check_both(portable, &paged, FCL_ATTENTION_PATH_MMA);
+        attention_free_inputs(&paged);
+        free(table);
+
+        static float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
+        fcl_attention_desc kept = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                   .len_kv = 500, .head_dim = 64, .dtype_q = (fcl_dtype)t,
+                                   .dtype_kv = (fcl_dtype)t};
+        for (int c = 0; c < 3; c++) {
+            attention_run r = {.d = kept};
+            if (c == 0)
+                r.d.causal = FCL_CAUSAL_TOP_LEFT;
+            else if (c == 1)
+                r.d.window = 1, r.d.window_left = 100, r.d.window_right = 0;
+            attention_contiguous_inputs(&r);
+            if (c == 2)
+                r.io.sinks = sinks; /* given with the call: the plan of r.d cannot see them */
+            else
+                assert_int_not_equal(path_of(support_ctx, &r.d), FCL_ATTENTION_PATH_MMA);
+            check_attention_run(&r);
+            attention_free_inputs(&r);
+        }
+    }
+    fcl_context_destroy(portable);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +368,7 @@ int main(void)
         cmocka_unit_test(test_mma_features_match),
         cmocka_unit_test(test_decode_nv_matches),
         cmocka_unit_test(test_decode_nv_features_match),
+        cmocka_unit_test(test_gqa_decode_rows_match),
     };
     return support_run_tests(tests);
 }

@@ -513,6 +513,15 @@ static void test_mma_path_rules(void **state)
     assert_true(l.block_q == 1 && l.block_kv == 128 && l.work_group_size == 128 &&
                 l.heads_step == 1 && l.q_tiles == 4);
     assert_false(fcl_plan_attention_mma(&nv, &decode, 0, &l)); /* rows not at multiples of 8 */
+    /* GQA decoding as rows of a kv head: the one-warp build, 16 rows a group. */
+    fcl_attention_desc rows = decode;
+    rows.heads_q = 2, rows.dtype_q = rows.dtype_kv = FCL_DTYPE_BF16;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
+    assert_true(l.path == FCL_ATTENTION_PATH_MMA && l.gqa_rows && l.block_q == 16 &&
+                l.block_kv == 64 && l.work_group_size == 32);
+    assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
+    rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32;
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
 }
 
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */

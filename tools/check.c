@@ -328,9 +328,14 @@ void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k
 chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)
 {
     /* f32: NMSE 1e-8 and 5e-5 absolute per element. Half storage: NMSE 1e-5, and per
-     * element the output rounding (outputs stay below about 4 in magnitude). */
+     * element the output rounding (outputs stay below about 4 in magnitude); bf16 inputs add
+     * 2^-8 relative: the tensor cores take p rounded to bf16 for the second product (as
+     * FlashAttention-2 does), which a row over a few keys shows (one of 37440 elements was
+     * 0.0041 off at 1.38 on the H100). */
     if (d->dtype_o == FCL_DTYPE_BF16)
         return (chk_tolerance){2e-2, 0.0, 1e-5};
+    if (d->dtype_q == FCL_DTYPE_BF16 || d->dtype_kv == FCL_DTYPE_BF16)
+        return (chk_tolerance){4e-3, 4e-3, 1e-5};
     if (d->dtype_o == FCL_DTYPE_F16 || d->dtype_q != FCL_DTYPE_F32 || d->dtype_kv != FCL_DTYPE_F32)
         return (chk_tolerance){4e-3, 0.0, 1e-5};
     return (chk_tolerance){5e-5, 0.0, 1e-8};
