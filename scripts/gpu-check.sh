@@ -2,7 +2,7 @@
 # The GPU figures and checks of docs/PERFORMANCE.md, on any machine with an OpenCL GPU, its
 # driver, CMake, a C compiler, the OpenCL loader and headers and CMocka: a Release build, the
 # CMocka suite on the GPU, the probe, the demo, flashcl-bench's gpu and engine presets, and
-# f16/bf16 prefill with and without the tensor cores, as JSON.
+# f16/bf16 prefill and decode, with the NVIDIA kernels and with them switched off, as JSON.
 # Everything lands in OUT (default: ./gpu-check). FLASHCL_DEVICE picks the device ("gpu" by
 # default); FLASHCL_TUNE, FLASHCL_BUILD_OPTIONS and the like pass through.
 # usage: scripts/gpu-check.sh [OUT]
@@ -22,11 +22,11 @@ ctest --test-dir build --output-on-failure -j 4 -E "package|sanitizers|valgrind|
   > "$out/ctest.log" 2>&1
 echo "ctest rc=$?"
 grep -E "Test +#|tests passed|FAILED|ERROR|Failure" "$out/ctest.log" | head -40
-# The attention tests again with the tensor cores switched off: the portable path they are
+# The attention tests again with the NVIDIA kernels switched off: the portable path they are
 # checked against passes on its own too.
 FLASHCL_TUNE=attention_mma=0 ctest --test-dir build --output-on-failure -R "^(attention|attention_v2|fast_paths)$" \
   > "$out/ctest-mma-off.log" 2>&1
-echo "ctest (tensor cores off) rc=$?"
+echo "ctest (NVIDIA kernels off) rc=$?"
 build/tools/flashcl-demo 2>&1 | tail -12
 status=0
 for preset in gpu engine; do
@@ -35,15 +35,21 @@ for preset in gpu engine; do
   cat "$out/bench-$preset.json"
   tail -3 "$out/bench-$preset.err"
 done
-# Prefill in f16 and bf16 storage (issue 13's cases), on the tensor cores where the device has
-# them and with them switched off (the portable tile kernel).
+FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --preset engine --json \
+  > "$out/bench-engine-portable.json" || status=1
+# Prefill and (multi-head) decode in f16 and bf16 storage (issue 13's cases), on the NVIDIA
+# kernels where the device has them and with them switched off (the portable kernels).
 prefill="--attention 4,16,4096,4096,64 --attention 4,16,4096,4096,64,c --attention 4,16,4096,4096,128
   --attention 4,16,4096,4096,128,c --attention 1,16,16384,16384,64,c"
+decode="--attention 8,32,1,8192,128 --attention 8,32,1,32768,128 --attention 8,32,1,8192,64"
 for dtype in f16 bf16; do
-  # shellcheck disable=SC2086 # $prefill is a list of options
-  build/tools/flashcl-bench --dtype $dtype $prefill --json > "$out/bench-prefill-$dtype.json" || status=1
-  # shellcheck disable=SC2086
-  FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --dtype $dtype $prefill --json \
-    > "$out/bench-prefill-$dtype-portable.json" || status=1
+  for kind in prefill decode; do
+    eval "cases=\$$kind"
+    # shellcheck disable=SC2086 # $cases is a list of options
+    build/tools/flashcl-bench --dtype $dtype $cases --json > "$out/bench-$kind-$dtype.json" || status=1
+    # shellcheck disable=SC2086
+    FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --dtype $dtype $cases --json \
+      > "$out/bench-$kind-$dtype-portable.json" || status=1
+  done
 done
 exit $status

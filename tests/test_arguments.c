@@ -305,14 +305,15 @@ static void test_device_refusal_leaves_context_usable(void **state)
 /* Validation comes before planning: on a device with no attention path for a shape (as
  * Mesa's llvmpipe was, with work-groups of at most 32), bad input is still named as bad input
  * (FCL_ERROR_INVALID_ARGUMENT), and only good input gets FCL_ERROR_UNSUPPORTED. The shared
- * context's description loses its paths (no tile, rows of 0 keys) for the calls, and gets
- * them back after. */
+ * context's description loses its paths (no tile, rows of 0 keys, no NVIDIA kernels) for the
+ * calls, and gets them back after. */
 static void test_validation_precedes_planning(void **state)
 {
     (void)state;
     const fcl_device_info kept = support_ctx->info;
     memset(support_ctx->info.attention_tiles, 0, sizeof support_ctx->info.attention_tiles);
     support_ctx->info.softmax_vector_width = 0;
+    support_ctx->info.attention_mma = 0; /* nor NVIDIA's kernels */
     unsigned char m[4] = {1, 1, 1, 1};
     const fcl_attention_desc ok = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
     fcl_attention_desc d = ok;
