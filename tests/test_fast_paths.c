@@ -167,59 +167,90 @@ static void test_mma_prefill_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* d on a shuffled paged cache of 16-token pages with the sequences' lengths lens. */
+static void check_paged(fcl_context *portable, fcl_attention_desc d, const int32_t *lens,
+                        fcl_attention_path fast_path)
+{
+    attention_run r = {.d = d};
+    int32_t *table;
+    r.d.page_size = 16;
+    attention_paged_inputs(&r, lens, &table);
+    check_both(portable, &r, fast_path);
+    attention_free_inputs(&r);
+    free(table);
+}
+
+/* d on sequences packed by cu_q and cu_kv ([batch + 1] each). */
+static void check_packed(fcl_context *portable, fcl_attention_desc d, const int32_t *cu_q,
+                         const int32_t *cu_kv, fcl_attention_path fast_path)
+{
+    attention_run r = {.d = d};
+    const size_t total_q = (size_t)cu_q[d.batch], total_kv = (size_t)cu_kv[d.batch];
+    r.io.cu_seqlens_q = cu_q;
+    r.io.cu_seqlens_kv = cu_kv;
+    r.q_n = r.out_n = total_q * d.heads_q * d.head_dim;
+    r.k_n = r.v_n = total_kv * d.heads_kv * d.head_dim;
+    r.lse_n = d.heads_q * total_q;
+    r.io.q = test_tensor(r.q_n, d.dtype_q);
+    r.io.k = test_tensor(r.k_n, d.dtype_kv);
+    r.io.v = test_tensor(r.v_n, d.dtype_kv);
+    check_both(portable, &r, fast_path);
+    attention_free_inputs(&r);
+}
+
+/* d (with its softcap and window) with a mask of type mask, ALiBi slopes and sinks. */
+static void check_scored(fcl_context *portable, fcl_attention_desc d, fcl_mask_type mask,
+                         fcl_attention_path fast_path)
+{
+    static const float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
+    float slopes[8];
+    assert_true(d.heads_q <= 8);
+    assert_int_equal(fcl_alibi_slopes(d.heads_q, 8.0f, slopes), FCL_SUCCESS);
+    attention_run r = {.d = d};
+    attention_contiguous_inputs(&r);
+    attention_mask(&r, mask);
+    r.io.alibi_slopes = slopes;
+    r.io.sinks = sinks;
+    check_both(portable, &r, fast_path);
+    attention_free_inputs(&r);
+}
+
 /* The descriptor's features on the path: a shuffled paged cache with per-sequence lengths (an
  * empty one among them), packed sequences, and the score modifiers with a float16 mask. */
 static void test_mma_features_match(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
+    static const int32_t lens[3] = {100, 0, 37}, cu_q[5] = {0, 5, 5, 17, 20},
+                         cu_kv[5] = {0, 9, 9, 39, 42};
     for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
-        static const int32_t lens[3] = {100, 0, 37};
-        attention_run paged = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 9,
-                                     .len_kv = 100, .head_dim = 64, .page_size = 16,
-                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t,
-                                     .dtype_kv = (fcl_dtype)t}};
-        int32_t *table;
-        attention_paged_inputs(&paged, lens, &table);
-        check_both(portable, &paged, FCL_ATTENTION_PATH_MMA);
-        attention_free_inputs(&paged);
-        free(table);
-
-        static const int32_t cu_q[5] = {0, 5, 5, 17, 20}, cu_kv[5] = {0, 9, 9, 39, 42};
-        attention_run packed = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
-                                      .len_kv = 30, .head_dim = 48, .causal = FCL_CAUSAL_TOP_LEFT,
-                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
-        packed.io.cu_seqlens_q = cu_q;
-        packed.io.cu_seqlens_kv = cu_kv;
-        packed.q_n = packed.out_n = 20 * 4 * 48;
-        packed.k_n = packed.v_n = 42 * 2 * 48;
-        packed.lse_n = 4 * 20;
-        packed.io.q = test_tensor(packed.q_n, (fcl_dtype)t);
-        packed.io.k = test_tensor(packed.k_n, (fcl_dtype)t);
-        packed.io.v = test_tensor(packed.v_n, (fcl_dtype)t);
-        check_both(portable, &packed, FCL_ATTENTION_PATH_MMA);
-        attention_free_inputs(&packed);
-
-        static float slopes[4], sinks[4] = {0.5f, -INFINITY, 2.0f, -1.0f};
-        assert_int_equal(fcl_alibi_slopes(4, 8.0f, slopes), FCL_SUCCESS);
-        attention_run scored = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 4, .len_q = 90,
-                                      .len_kv = 150, .head_dim = 128, .softcap = 20.0f,
-                                      .window = 1, .window_left = 40, .window_right = 7,
-                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
-        attention_contiguous_inputs(&scored);
-        attention_mask(&scored, FCL_MASK_ADD_F16);
-        scored.io.alibi_slopes = slopes;
-        scored.io.sinks = sinks;
-        check_both(portable, &scored, FCL_ATTENTION_PATH_MMA);
-        attention_free_inputs(&scored);
+        const fcl_dtype ty = (fcl_dtype)t;
+        check_paged(portable,
+                    (fcl_attention_desc){.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 9,
+                                         .len_kv = 100, .head_dim = 64,
+                                         .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = ty,
+                                         .dtype_kv = ty},
+                    lens, FCL_ATTENTION_PATH_MMA);
+        check_packed(portable,
+                     (fcl_attention_desc){.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
+                                          .len_kv = 30, .head_dim = 48,
+                                          .causal = FCL_CAUSAL_TOP_LEFT, .dtype_q = ty,
+                                          .dtype_kv = ty},
+                     cu_q, cu_kv, FCL_ATTENTION_PATH_MMA);
+        check_scored(portable,
+                     (fcl_attention_desc){.batch = 2, .heads_q = 4, .heads_kv = 4, .len_q = 90,
+                                          .len_kv = 150, .head_dim = 128, .softcap = 20.0f,
+                                          .window = 1, .window_left = 40, .window_right = 7,
+                                          .dtype_q = ty, .dtype_kv = ty},
+                     FCL_MASK_ADD_F16, FCL_ATTENTION_PATH_MMA);
     }
     fcl_context_destroy(portable);
 }
 
 /* Decoding on the shuffle kernel in every storage type (and float32 queries over a bf16
- * cache): no GQA, and groups of 3 heads with 2 to 4 queries (one query of a group is rows on
- * the tensor cores: test_gqa_decode_rows_match), 1 to 4 queries, both causal rules and none, head dims of both buckets (72: lanes past it idle),
- * fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
+ * cache): no GQA with 1 to 4 queries, and groups of 3 heads with 2 to 4 (one query of a group
+ * runs as rows on the tensor cores: test_gqa_decode_rows_match); both causal rules and none,
+ * head dims of both buckets (72: lanes past it idle), fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
  * another (every score of that head NaN). */
 static void test_decode_nv_matches(void **state)
 {
@@ -262,47 +293,30 @@ static void test_decode_nv_features_match(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
+    static const int32_t lens[3] = {1000, 0, 37}, cu_q[5] = {0, 1, 1, 4, 6},
+                         cu_kv[5] = {0, 90, 90, 390, 420};
     for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++) {
-        static const int32_t lens[3] = {1000, 0, 37};
-        attention_run paged = {.d = {.batch = 3, .heads_q = 6, .heads_kv = 2, .len_q = 2,
-                                     .len_kv = 1000, .head_dim = 128, .page_size = 16,
-                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t,
-                                     .dtype_kv = (fcl_dtype)t}};
-        int32_t *table;
-        attention_paged_inputs(&paged, lens, &table);
-        check_both(portable, &paged, FCL_ATTENTION_PATH_DECODE_NV);
-        attention_free_inputs(&paged);
-        free(table);
-
-        static const int32_t cu_q[5] = {0, 1, 1, 4, 6}, cu_kv[5] = {0, 90, 90, 390, 420};
-        attention_run packed = {.d = {.batch = 4, .heads_q = 3, .heads_kv = 1, .len_q = 3,
-                                      .len_kv = 300, .head_dim = 64, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
-                                      .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
-        packed.io.cu_seqlens_q = cu_q;
-        packed.io.cu_seqlens_kv = cu_kv;
-        packed.q_n = packed.out_n = 6 * 3 * 64;
-        packed.k_n = packed.v_n = 420 * 1 * 64;
-        packed.lse_n = 3 * 6;
-        packed.io.q = test_tensor(packed.q_n, (fcl_dtype)t);
-        packed.io.k = test_tensor(packed.k_n, (fcl_dtype)t);
-        packed.io.v = test_tensor(packed.v_n, (fcl_dtype)t);
-        check_both(portable, &packed, FCL_ATTENTION_PATH_DECODE_NV);
-        attention_free_inputs(&packed);
-
-        static float slopes[8], sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
-        assert_int_equal(fcl_alibi_slopes(8, 8.0f, slopes), FCL_SUCCESS);
-        for (int bool_mask = 0; bool_mask <= 1; bool_mask++) {
-            attention_run scored = {.d = {.batch = 2, .heads_q = 6, .heads_kv = 2, .len_q = 2,
-                                          .len_kv = 700, .head_dim = 128, .softcap = 20.0f,
-                                          .window = 1, .window_left = 300, .window_right = 7,
-                                          .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
-            attention_contiguous_inputs(&scored);
-            attention_mask(&scored, bool_mask ? FCL_MASK_BOOL_U8 : FCL_MASK_ADD_F16);
-            scored.io.alibi_slopes = slopes;
-            scored.io.sinks = sinks;
-            check_both(portable, &scored, FCL_ATTENTION_PATH_DECODE_NV);
-            attention_free_inputs(&scored);
-        }
+        const fcl_dtype ty = (fcl_dtype)t;
+        check_paged(portable,
+                    (fcl_attention_desc){.batch = 3, .heads_q = 6, .heads_kv = 2, .len_q = 2,
+                                         .len_kv = 1000, .head_dim = 128,
+                                         .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = ty,
+                                         .dtype_kv = ty},
+                    lens, FCL_ATTENTION_PATH_DECODE_NV);
+        check_packed(portable,
+                     (fcl_attention_desc){.batch = 4, .heads_q = 3, .heads_kv = 1, .len_q = 3,
+                                          .len_kv = 300, .head_dim = 64,
+                                          .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = ty,
+                                          .dtype_kv = ty},
+                     cu_q, cu_kv, FCL_ATTENTION_PATH_DECODE_NV);
+        static const fcl_mask_type masks[2] = {FCL_MASK_ADD_F16, FCL_MASK_BOOL_U8};
+        for (int m = 0; m < 2; m++)
+            check_scored(portable,
+                         (fcl_attention_desc){.batch = 2, .heads_q = 6, .heads_kv = 2, .len_q = 2,
+                                              .len_kv = 700, .head_dim = 128, .softcap = 20.0f,
+                                              .window = 1, .window_left = 300, .window_right = 7,
+                                              .dtype_q = ty, .dtype_kv = ty},
+                         masks[m], FCL_ATTENTION_PATH_DECODE_NV);
     }
     fcl_context_destroy(portable);
 }
@@ -329,14 +343,11 @@ static void test_gqa_decode_rows_match(void **state)
             attention_free_inputs(&r);
         }
         static const int32_t lens[3] = {700, 0, 37};
-        attention_run paged = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
-                                     .len_kv = 700, .head_dim = 128, .page_size = 16,
-                                     .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
-        int32_t *table;
-        attention_paged_inputs(&paged, lens, &table);
-        check_both(portable, &paged, FCL_ATTENTION_PATH_MMA);
-        attention_free_inputs(&paged);
-        free(table);
+        check_paged(portable,
+                    (fcl_attention_desc){.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                         .len_kv = 700, .head_dim = 128, .dtype_q = (fcl_dtype)t,
+                                         .dtype_kv = (fcl_dtype)t},
+                    lens, FCL_ATTENTION_PATH_MMA);
 
         static float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
         fcl_attention_desc kept = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
