@@ -41,7 +41,8 @@ FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --preset engine --json \
 # kernels where the device has them and with them switched off (the portable kernels).
 prefill="--attention 4,16,4096,4096,64 --attention 4,16,4096,4096,64,c --attention 4,16,4096,4096,128
   --attention 4,16,4096,4096,128,c --attention 1,16,16384,16384,64,c"
-decode="--attention 8,32,1,8192,128 --attention 8,32,1,32768,128 --attention 8,32,1,8192,64"
+decode="--attention 8,32,1,8192,128 --attention 8,32,1,32768,128 --attention 8,32,1,8192,64
+  --attention 8,32/8,1,8192,128 --attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16"
 for dtype in f16 bf16; do
   for kind in prefill decode; do
     eval "cases=\$$kind"

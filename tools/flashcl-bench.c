@@ -25,9 +25,10 @@
 static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--softmax MxN] [--dtype f32|f16|bf16]\n"
-    "                     [--attention B,H,Lq,Lk,D[,c]]\n"
+    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run.\n"
-    "  --softmax and --attention (repeatable) replace the preset; c = causal (top-left).\n";
+    "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
+    "  c = causal (top-left), pN = K and V in a paged cache of N-token pages.\n";
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
 
@@ -543,10 +544,10 @@ static void describe(const bench_case *c, char *buf, size_t cap)
         snprintf(buf, cap, "softmax %s %zux%zu%s", chk_dtype_name(c->dtype), c->rows, c->cols,
                  c->mods ? " f16 mask/head alibi sinks" : "");
     else
-        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%s%s%s%s%s",
+        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s",
                  chk_dtype_name(c->dtype), c->batch, c->heads, c->heads_kv ? "/" : "", c->heads_kv,
                  c->len_q, c->len_kv, c->head_dim, c->head_dim_v ? "/" : "", c->head_dim_v,
-                 c->causal ? " causal" : "", c->page_size ? " paged16" : "",
+                 c->causal ? " causal" : "", c->page_size ? " paged" : "", c->page_size,
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
                  c->mods & MOD_SINKS ? " sinks" : "");
@@ -556,6 +557,30 @@ static fcl_dtype parse_dtype(const char *s)
 {
     return strcmp(s, "f16") == 0 ? FCL_DTYPE_F16 : strcmp(s, "bf16") == 0 ? FCL_DTYPE_BF16
                                                                           : FCL_DTYPE_F32;
+}
+
+/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c and ,pN in any order; 0 where malformed. */
+static int parse_attention(const char *arg, bench_case *c)
+{
+    size_t b, h, hkv = 0, lq, lk, d;
+    int used = 0;
+    if (sscanf(arg, "%zu,%zu/%zu,%zu,%zu,%zu%n", &b, &h, &hkv, &lq, &lk, &d, &used) != 6 &&
+        sscanf(arg, "%zu,%zu,%zu,%zu,%zu%n", &b, &h, &lq, &lk, &d, &used) != 5)
+        return 0;
+    if (!b || !h || !lq || !lk || !d || (hkv && h % hkv))
+        return 0;
+    *c = (bench_case)A(b, h, lq, lk, d, 0);
+    c->heads_kv = hkv;
+    for (const char *p = arg + used; *p;) {
+        int n = 0;
+        if (strncmp(p, ",c", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->causal = 1, p += 2;
+        else if (sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size)
+            p += n;
+        else
+            return 0;
+    }
+    return 1;
 }
 
 static int setup_copy_kernel(bench *b)
@@ -603,9 +628,8 @@ int main(int argc, char **argv)
                  sscanf(argv[++a], "%zux%zu", &x[0], &x[1]) == 2 && x[0] && x[1])
             cases[n++] = (bench_case)S(x[0], x[1]);
         else if (next && strcmp(argv[a], "--attention") == 0 && n < MAX_CASES &&
-                 sscanf(argv[++a], "%zu,%zu,%zu,%zu,%zu,%zu", &x[0], &x[1], &x[2], &x[3],
-                               &x[4], &x[5]) >= 5 && x[0] && x[1] && x[2] && x[3] && x[4])
-            cases[n++] = (bench_case)A(x[0], x[1], x[2], x[3], x[4], strchr(argv[a], 'c') != NULL);
+                 parse_attention(argv[++a], &cases[n]))
+            n++;
         else {
             int help = strcmp(argv[a], "--help") == 0;
             fputs(usage, help ? stdout : stderr);
