@@ -406,7 +406,10 @@ typedef enum fcl_attention_path {
                                         storage types, the same rules on head dims and rows */
 } fcl_attention_path;
 
-/* How fcl_attention would run d: the kernel, its tile shape and the number of key splits. */
+/* How fcl_attention would run d: the kernel, its tile shape and the number of key splits.
+ * Buffers that come only with the call (sinks, alibi_slopes without alibi_from_mask,
+ * seqlens_kv, cu_seqlens) are taken as absent, and can change the kernel: GQA decoding with
+ * sinks, for one, runs FCL_ATTENTION_PATH_DECODE where the plan of d says MMA. */
 typedef struct fcl_attention_plan_info {
     size_t block_q, block_kv; /* queries and keys per tile */
     size_t kv_splits;         /* 1: no split-KV */
