@@ -272,8 +272,6 @@ fcl_status fcl_probe_device(cl_device_id dev, fcl_device_info *info)
 
 /* Iterations fcl_loop_probe counts to: twice llvmpipe's cap, a millisecond or two on a GPU. */
 #define FCL_LOOP_PROBE_COUNT (1u << 17)
-#define FCL_STR(x) FCL_STR_(x)
-#define FCL_STR_(x) #x
 
 extern const char fcl_cl_probe[]; /* cl/probe.cl, embedded at build time */
 
@@ -337,7 +335,7 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
     if (err == CL_SUCCESS) {
         step = "clBuildProgram";
         err = clBuildProgram(program, 1, &ctx->device,
-                             "-cl-std=CL1.2 -DFCL_PROBE_LOCAL=" FCL_STR(FCL_PROBE_LOCAL), NULL, NULL);
+                             FCL_CL_STD " -DFCL_PROBE_LOCAL=" FCL_STR(FCL_PROBE_LOCAL), NULL, NULL);
     }
     if (err == CL_SUCCESS) {
         step = "clCreateKernel";

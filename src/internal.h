@@ -13,6 +13,10 @@
 #include <stdint.h>
 
 #define FCL_ERROR_TEXT_MAX 16384
+#define FCL_STR_(x) #x
+#define FCL_STR(x) FCL_STR_(x) /* a macro's value as a string literal */
+#define FCL_CL_STD "-cl-std=CL1.2" /* every program's language version (build options) */
+#define FCL_SPLIT_MAX_SLICES 1024  /* softmax SPLIT: most slices a row is cut into */
 #define FCL_DTYPE_COUNT 3
 #define FCL_ATTENTION_BUCKETS 4 /* head_dim (and head_dim_v) up to 64, 128, 256, 576 */
 #define FCL_ATTENTION_MAX_HEAD_DIM 576

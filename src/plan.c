@@ -11,7 +11,6 @@
 /* SPLIT: a slice gives each work-item at least this many elements, so the merge and the
  * second launch stay cheap next to the streaming. */
 #define FCL_SPLIT_MIN_ELEMENTS_PER_ITEM 16
-#define FCL_SPLIT_MAX_SLICES 1024
 
 static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256, 576};
 /* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. 4 x 8 only

@@ -23,7 +23,7 @@ extern const char fcl_cl_attention_mma_nv[];
 extern const char fcl_cl_mma_check_nv[];
 extern const char fcl_cl_attention_decode_nv[];
 
-#define FCL_BASE_BUILD_OPTIONS "-cl-std=CL1.2"
+#define FCL_BASE_BUILD_OPTIONS FCL_CL_STD
 
 static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {

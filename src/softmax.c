@@ -142,7 +142,7 @@ static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_la
                     fcl_softmax_algo_name(sh->d.algo), sh->d.cols,
                     (unsigned)ctx->info.loop_iteration_cap,
                     sh->d.algo == FCL_SOFTMAX_AUTO || sh->d.algo == FCL_SOFTMAX_SPLIT
-                        ? ", even in 1024 slices"
+                        ? ", even in " FCL_STR(FCL_SPLIT_MAX_SLICES) " slices"
                         : "; FCL_SOFTMAX_AUTO and FCL_SOFTMAX_SPLIT serve them");
 }
 

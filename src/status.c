@@ -5,9 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FCL_STR_(x) #x
-#define FCL_STR(x) FCL_STR_(x)
-
 /* Failures of fcl_context_create*, which have no context to hold them. */
 static _Thread_local char thread_last_error[FCL_ERROR_TEXT_MAX];
 /* What fcl_context_last_error(ctx) returns: a copy, so another thread failing on ctx
