@@ -123,7 +123,8 @@ void fcl_release_kernels(fcl_context *ctx);
 /* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
  * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
-/* The tensor-core program (cl/attention_mma_nv.cl, the same on every such device). */
+/* The NVIDIA program (cl/attention_mma_nv.cl, cl/attention_decode_nv.cl, cl/mma_check_nv.cl:
+ * the same on every such device). */
 char *fcl_mma_kernel_source(void);
 
 /* ---- cache.c: the on-disk program-binary cache ---- */

@@ -263,7 +263,7 @@ static void release_kernel(cl_kernel *k)
     *k = NULL;
 }
 
-/* The tensor-core kernels and their program. */
+/* The NVIDIA kernels and their program. */
 static void release_mma_kernels(fcl_context *ctx)
 {
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
@@ -473,13 +473,13 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
     return s;
 }
 
-/* ---- the tensor-core path: its own program, so that a driver which cannot build or run
- * it leaves the portable kernels as they are ---- */
+/* ---- the NVIDIA paths: a program of their own, so that a driver which cannot build or
+ * run it leaves the portable kernels as they are ---- */
 
 char *fcl_mma_kernel_source(void)
 {
     text t = {0};
-    text_add(&t, "/* flashcl's tensor-core program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)

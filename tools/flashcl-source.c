@@ -1,6 +1,6 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
- * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the tensor-core program
+ * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA program
  * of NVIDIA GPUs of compute capability 8.0 and later. Internal: built from the static
  * library, not installed. */
 #include "internal.h"
@@ -29,7 +29,7 @@ static const struct preset {
 int main(int argc, char **argv)
 {
     const char *target = argc > 1 ? argv[1] : "";
-    if (strcmp(target, "sm_80-mma") == 0) { /* the tensor-core program (NVIDIA, 8.0 and later) */
+    if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA program (compute capability 8.0 and later) */
         char *src = fcl_mma_kernel_source();
         if (!src)
             return 1;
