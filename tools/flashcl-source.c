@@ -1,7 +1,7 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
  * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA program
- * of NVIDIA GPUs of compute capability 8.0 and later. Internal: built from the static
+ * (GPUs of compute capability 8.0 and later). Internal: built from the static
  * library, not installed. */
 #include "internal.h"
 
