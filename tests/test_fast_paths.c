@@ -349,12 +349,12 @@ static void test_gqa_decode_rows_match(void **state)
                                          .dtype_kv = (fcl_dtype)t},
                     lens, FCL_ATTENTION_PATH_MMA);
 
-        static float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
-        fcl_attention_desc kept = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+        static const float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
+        const fcl_attention_desc base = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
                                    .len_kv = 500, .head_dim = 64, .dtype_q = (fcl_dtype)t,
                                    .dtype_kv = (fcl_dtype)t};
         for (int c = 0; c < 3; c++) {
-            attention_run r = {.d = kept};
+            attention_run r = {.d = base};
             if (c == 0)
                 r.d.causal = FCL_CAUSAL_TOP_LEFT;
             else if (c == 1)
