@@ -267,10 +267,10 @@ static void release_kernel(cl_kernel *k)
 static void release_mma_kernels(fcl_context *ctx)
 {
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        for (int t = 0; t < 2; t++)
+        for (int t = 0; t < 2; t++) {
             release_kernel(&ctx->attention_mma[b][t]);
-        for (int t = 0; t < 2; t++)
             release_kernel(&ctx->attention_mma_rows[b][t]);
+        }
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             release_kernel(&ctx->attention_decode_nv[b][v]);
     }

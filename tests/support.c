@@ -459,6 +459,22 @@ void *attention_mask(attention_run *r, fcl_mask_type type)
     return m;
 }
 
+void attention_packed_inputs(attention_run *r, const int32_t *cu_q, const int32_t *cu_kv)
+{
+    const fcl_attention_desc full = chk_attention_defaults(r->d);
+    const size_t total_q = (size_t)cu_q[full.batch], total_kv = (size_t)cu_kv[full.batch];
+    r->io.cu_seqlens_q = cu_q;
+    r->io.cu_seqlens_kv = cu_kv;
+    r->q_n = total_q * full.heads_q * full.head_dim;
+    r->out_n = total_q * full.heads_q * full.head_dim_v;
+    r->k_n = total_kv * full.heads_kv * full.head_dim;
+    r->v_n = total_kv * full.heads_kv * full.head_dim_v;
+    r->lse_n = full.heads_q * total_q;
+    r->io.q = test_tensor(r->q_n, full.dtype_q);
+    r->io.k = test_tensor(r->k_n, full.dtype_kv);
+    r->io.v = test_tensor(r->v_n, full.dtype_kv);
+}
+
 /* A paged cache of the sequences' lengths, pages dealt in shuffled order with spare pages
  * between them; NHD ([pages][page_size][heads][dim], layout BLHD) or HND (BHLD). */
 void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out)

@@ -87,6 +87,9 @@ void attention_free_inputs(attention_run *r);
 /* A mask [batch][heads][len_q][len_kv] (-inf blocks, every 4th row hidden whole), additive or
  * boolean (0 for -inf). */
 void *attention_mask(attention_run *r, fcl_mask_type type);
+/* Sequences packed by cu_q and cu_kv ([batch + 1] each, totals at [batch]): random q, k and v
+ * of the totals' rows, and out's and lse's counts. */
+void attention_packed_inputs(attention_run *r, const int32_t *cu_q, const int32_t *cu_kv);
 /* A paged cache of the lengths lens (NULL: len_kv), pages in shuffled order with spares;
  * *table_out gets the block table (malloc'd). */
 void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **table_out);

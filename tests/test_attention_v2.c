@@ -141,15 +141,7 @@ static void test_varlen(void **state)
             attention_run r = {.d = {.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
                                      .len_kv = 30, .head_dim = 48, .causal = (fcl_causal)causal,
                                      .kv_splits = splits}};
-            r.io.cu_seqlens_q = cu_q;
-            r.io.cu_seqlens_kv = cu_kv;
-            r.q_n = 20 * 4 * 48;
-            r.out_n = r.q_n;
-            r.k_n = r.v_n = 42 * 2 * 48;
-            r.lse_n = 4 * 20;
-            r.io.q = test_tensor(r.q_n, FCL_DTYPE_F32);
-            r.io.k = test_tensor(r.k_n, FCL_DTYPE_F32);
-            r.io.v = test_tensor(r.v_n, FCL_DTYPE_F32);
+            attention_packed_inputs(&r, cu_q, cu_kv);
             check_attention_run(&r);
             /* Packed queries over a padded cache with per-sequence lengths. */
             static const int32_t lens[4] = {9, 0, 30, 3};
