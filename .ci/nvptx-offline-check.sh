@@ -1,7 +1,8 @@
 #!/bin/sh
 # NVIDIA offline compile check of the NVIDIA program (cl/attention_mma_nv.cl, with its inline
-# PTX mma.sync, ldmatrix, cp.async and shfl.sync, and cl/attention_decode_nv.cl): Debian's clang-15 compiles it for
-# sm_80 (nvptx64-nvidia-nvcl, OpenCL's NVIDIA target) with the assembler strings in place;
+# PTX mma.sync, ldmatrix, cp.async and shfl.sync, cl/attention_decode_nv.cl and
+# cl/softmax_nv.cl): Debian's clang-15 compiles it for sm_80 (nvptx64-nvidia-nvcl, OpenCL's
+# NVIDIA target) with the assembler strings in place;
 # every kernel must come out, with no local-memory frame (a spilled fragment array would be
 # one) and its mma.sync instructions all unrolled. NVIDIA's own compiler (ptxas) runs on the
 # GPU machine: scripts/gpu-check.sh.
@@ -21,7 +22,7 @@ status=0
 kernels="attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 attention_mma_d128_bf16
   attention_mma_rows_d64_f16 attention_mma_rows_d64_bf16 attention_mma_rows_d128_f16 attention_mma_rows_d128_bf16
   attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
-  fcl_mma_check"
+  softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check"
 for k in $kernels; do
   grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }
 done

@@ -4,8 +4,8 @@
  * head read (no GQA group of 2 or more heads: the portable decode kernel reads their K and V
  * once for the group) and K and V of any storage type with rows at multiples of 8 elements and
  * head dims up to 128 in multiples of 8. The portable decode kernel (attention_decode.cl) is its
- * reference. Compiled per head-dim bucket and feature set after attention_mma_nv.cl (whose
- * shfl.sync helper it uses), with
+ * reference. Compiled per head-dim bucket and feature set after common_nv.cl and
+ * attention_mma_nv.cl, with
  *   FA_NAME     kernel name suffix (decode_nv_d128, decode_nv_d128_all)
  *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
  *   FA_FEATURES the features compiled in (attention_args.h)
@@ -27,21 +27,6 @@
 
 #ifndef FA_DNV_HELPERS
 #define FA_DNV_HELPERS
-/* Two halves of a 32-bit word as floats, the low one first (PTX cvt: exact). */
-FCL_INLINE float2 fa_dnv_halves_f16(uint w)
-{
-    float lo, hi;
-    __asm__("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
-            : "=f"(lo), "=f"(hi)
-            : "r"(w));
-    return (float2)(lo, hi);
-}
-
-FCL_INLINE float2 fa_dnv_halves_bf16(uint w)
-{
-    return (float2)(as_float(w << 16), as_float(w & 0xffff0000u));
-}
-
 /* Elements [at, at + 8) of a tensor of storage type dtype (a constant per call: the kernel
  * branches on it once a chunk) as floats; at is a multiple of 8, so each load is one aligned
  * 16-byte vector (two for float32). Zeros where !live, and no load. */
@@ -58,7 +43,7 @@ FCL_INLINE void fa_dnv_load8(float *x, __global const void *src, uint dtype, ulo
     const uint words[4] = {w.x, w.y, w.z, w.w};
     #pragma unroll
     for (uint i = 0; i < 4; i++) {
-        const float2 f = dtype == FCL_DTYPE_F16 ? fa_dnv_halves_f16(words[i]) : fa_dnv_halves_bf16(words[i]);
+        const float2 f = dtype == FCL_DTYPE_F16 ? fcl_nv_halves_f16(words[i]) : fcl_nv_halves_bf16(words[i]);
         x[2 * i] = f.x;
         x[2 * i + 1] = f.y;
     }
@@ -93,7 +78,7 @@ FCL_INLINE void FCL_CAT(fa_dnv_chunk, FA_NAME)(const fa_params *p, const fa_io *
     for (uint mask = FA_DNV_LANES / 2; mask > 0; mask /= 2)
         #pragma unroll
         for (uint i = 0; i < FA_DNV_KC; i++)
-            s[i] += fa_mma_shuffle_xor(s[i], mask);
+            s[i] += fcl_nv_shuffle_xor(s[i], mask);
     float m_new = *m;
     #pragma unroll
     for (uint i = 0; i < FA_DNV_KC; i++) {

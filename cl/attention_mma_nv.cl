@@ -1,11 +1,11 @@
 /* Attention on NVIDIA's tensor cores (compute capability 8.0 and later), through inline PTX:
  * FlashAttention-2's forward kernel in OpenCL C. A vendor fast path: the planner builds this
- * file only for such devices (src/plan.c, fcl_plan_mma_because), after a self-check of the
- * mma fragment layout (fcl_mma_check below), and runs it only for the calls it takes
+ * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the
+ * mma fragment layout (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
  * (f16 or bf16 q, k and v with rows at multiples of 8 elements, head dims up to 128, multiples
  * of 8); the portable kernels (attention_tile.cl) are its reference and serve everything else.
- * Compiled after common.cl, attention_args.h and attention_common.cl, once per head-dim bucket
- * and storage type, with
+ * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
+ * head-dim bucket and storage type, with
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
  *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
  *   FA_MMA_T    the storage type's name in PTX: f16 or bf16
@@ -34,16 +34,6 @@
 FCL_INLINE uint fa_mma_local_address(__local const void *p)
 {
     return (uint)(size_t)p; /* a __local pointer's value is its offset in shared memory */
-}
-
-/* x from the lane whose index differs by mask (the 4 lanes of a row: mask 1 and 2). */
-FCL_INLINE float fa_mma_shuffle_xor(float x, uint mask)
-{
-    uint y;
-    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
-                     : "=r"(y)
-                     : "r"(as_uint(x)), "r"(mask));
-    return as_float(y);
 }
 
 /* 16 bytes from global src into local dst, asynchronously; only the first `bytes` are read
@@ -83,8 +73,7 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
 }
 
 /* Per storage type T (f16, bf16): fa_mma_T(d, a, b0, b1) is d += a b for one 16x16 A fragment
- * (a) and one 16x8 B fragment (b0, b1) with float32 d; fa_mma_pack_T(lo, hi) rounds two
- * floats to T (to nearest even) into one word, lo in the low half. */
+ * (a) and one 16x8 B fragment (b0, b1) with float32 d. */
 #define FA_MMA_DEFINE(T)                                                                       \
     FCL_INLINE void fa_mma_##T(float *d, const uint *a, uint b0, uint b1)                      \
     {                                                                                          \
@@ -92,12 +81,6 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
                          "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"     \
                          : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                      \
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));      \
-    }                                                                                          \
-    FCL_INLINE uint fa_mma_pack_##T(float lo, float hi)                                        \
-    {                                                                                          \
-        uint r;                                                                                \
-        __asm__ volatile("cvt.rn." #T "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));      \
-        return r;                                                                              \
     }
 FA_MMA_DEFINE(f16)
 FA_MMA_DEFINE(bf16)
@@ -286,8 +269,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     top = fmax(top, fmax(s[r / 2][j][2 * (r % 2)], s[r / 2][j][2 * (r % 2) + 1]));
-                top = fmax(top, fa_mma_shuffle_xor(top, 1));
-                top = fmax(top, fa_mma_shuffle_xor(top, 2));
+                top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+                top = fmax(top, fcl_nv_shuffle_xor(top, 2));
                 const float m_new = fmax(m[r], top);
                 alpha[r] = m_new == -INFINITY ? 1.0f : exp(m[r] - m_new);
                 under[r] = m_new == -INFINITY ? 0.0f : m_new;
@@ -318,10 +301,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 uint pf[FA_MMA_MT][4];
                 #pragma unroll
                 for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                    pf[mt][0] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pf[mt][1] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pf[mt][2] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pf[mt][3] = FCL_CAT(fa_mma_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                    pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
                 }
                 const uint matrix = lane / 8;
                 #pragma unroll
@@ -344,8 +327,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const uint dim_v = (uint)p->head_dim_v;
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
-            l[r] += fa_mma_shuffle_xor(l[r], 1);
-            l[r] += fa_mma_shuffle_xor(l[r], 2);
+            l[r] += fcl_nv_shuffle_xor(l[r], 1);
+            l[r] += fcl_nv_shuffle_xor(l[r], 2);
             if (qi[r] >= w.s.len_q)
                 continue;
             const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r], l[r], t == 0);

@@ -8,16 +8,16 @@
 #define FA_MMA_CHECK(T)                                                                        \
     {                                                                                          \
         const uint a[4] = {                                                                    \
-            FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_A(g, 2 * t), FA_MMA_CHECK_A(g, 2 * t + 1)),   \
-            FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_A(g + 8, 2 * t), FA_MMA_CHECK_A(g + 8, 2 * t + 1)), \
-            FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_A(g, 2 * t + 8), FA_MMA_CHECK_A(g, 2 * t + 9)), \
-            FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_A(g + 8, 2 * t + 8),                          \
+            FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_A(g, 2 * t), FA_MMA_CHECK_A(g, 2 * t + 1)),   \
+            FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_A(g + 8, 2 * t), FA_MMA_CHECK_A(g + 8, 2 * t + 1)), \
+            FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_A(g, 2 * t + 8), FA_MMA_CHECK_A(g, 2 * t + 9)), \
+            FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_A(g + 8, 2 * t + 8),                          \
                                     FA_MMA_CHECK_A(g + 8, 2 * t + 9))};                        \
         float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                 \
         FCL_CAT(fa_mma, T)(d, a,                                                               \
-                           FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_B(2 * t, g),                   \
+                           FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_B(2 * t, g),                   \
                                                    FA_MMA_CHECK_B(2 * t + 1, g)),              \
-                           FCL_CAT(fa_mma_pack, T)(FA_MMA_CHECK_B(2 * t + 8, g),               \
+                           FCL_CAT(fcl_nv_pack, T)(FA_MMA_CHECK_B(2 * t + 8, g),               \
                                                    FA_MMA_CHECK_B(2 * t + 9, g)));             \
         for (uint e = 0; e < 4; e++)                                                           \
             out[at++] = d[e];                                                                  \

@@ -32,4 +32,11 @@
 
 #define SM_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
+/* NVIDIA's softmax (softmax_nv.cl): work-items a work-group and the longest row it holds in
+ * registers, in every storage type: builds of SM_NV_VECS 16-byte vectors a work-item, and
+ * for float32 rows past SM_NV_LWS * SM_NV_VECS * 4 elements one of twice as many. */
+#define SM_NV_LWS 256
+#define SM_NV_COLS 16384
+#define SM_NV_VECS 8
+
 #endif /* FLASHCL_SOFTMAX_ARGS_H */

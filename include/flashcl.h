@@ -149,10 +149,17 @@ typedef struct fcl_device_info {
     cl_uint nv_compute_capability;
     /* 1: NVIDIA's kernels run the calls they take (compute capability 8.0 or later, the
      * kernels built and their self-check passed): f16 and bf16 prefill on the tensor cores
-     * (FCL_ATTENTION_PATH_MMA) and decoding by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV);
-     * 0, with the reason in attention_mma_because, elsewhere. */
+     * (FCL_ATTENTION_PATH_MMA), decoding by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV) and
+     * softmax by warp shuffles (softmax_nv_cols); 0, with the reason in attention_mma_because,
+     * elsewhere. */
     int attention_mma;
     char attention_mma_because[160];
+    /* With NVIDIA's kernels (attention_mma): softmax rows of up to this many elements run
+     * FUSED in registers, with 16-byte loads and warp-shuffle reductions, where cols,
+     * in_stride and out_stride are multiples of 16 bytes (4 float32 or 8 16-bit elements),
+     * also rows longer than softmax_fused_max_cols; 0 where not used
+     * (FLASHCL_TUNE=softmax_nv=0 switches it off). */
+    size_t softmax_nv_cols;
 } fcl_device_info;
 
 FCL_API fcl_status fcl_context_create(const fcl_context_options *opts, fcl_context **out);
@@ -206,9 +213,9 @@ typedef struct fcl_softmax_desc {
 } fcl_softmax_desc;
 
 /* AUTO: FUSED when the row fits on chip (fcl_device_info.softmax_fused_max_cols: registers for
- * short rows on GPUs, else local memory), SPLIT when there are too few rows
- * to fill the device, else ONLINE. Where the device's local memory is of type CL_GLOBAL
- * (CPU drivers: it is ordinary memory) FUSED is not chosen by AUTO (see
+ * short rows on GPUs, else local memory; on NVIDIA also softmax_nv_cols), SPLIT when there are
+ * too few rows to fill the device, else ONLINE. Where the device's local memory is of type
+ * CL_GLOBAL (CPU drivers: it is ordinary memory) FUSED is not chosen by AUTO (see
  * fcl_device_info.softmax_rows_per_item); forcing it still works.
  * With s = scale*x + mask: out = exp(s - m)/d per row (log: s - m - log d), lse = m + log d.
  * A row whose s are all -inf gives out = 0 (log: -inf) and lse = -inf. A NaN in a row, or a

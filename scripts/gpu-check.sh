@@ -1,8 +1,9 @@
 #!/bin/sh
 # The GPU figures and checks of docs/PERFORMANCE.md, on any machine with an OpenCL GPU, its
 # driver, CMake, a C compiler, the OpenCL loader and headers and CMocka: a Release build, the
-# CMocka suite on the GPU, the probe, the demo, flashcl-bench's gpu and engine presets, and
-# f16/bf16 prefill and decode, with the NVIDIA kernels and with them switched off, as JSON.
+# CMocka suite on the GPU, the probe, the demo, flashcl-bench's gpu and engine presets,
+# f16/bf16 prefill and decode and softmax in every storage type, with the NVIDIA kernels and
+# with them switched off, as JSON.
 # Everything lands in OUT (default: ./gpu-check). FLASHCL_DEVICE picks the device ("gpu" by
 # default); FLASHCL_TUNE, FLASHCL_BUILD_OPTIONS and the like pass through.
 # usage: scripts/gpu-check.sh [OUT]
@@ -22,9 +23,9 @@ ctest --test-dir build --output-on-failure -j 4 -E "package|sanitizers|valgrind|
   > "$out/ctest.log" 2>&1
 echo "ctest rc=$?"
 grep -E "Test +#|tests passed|FAILED|ERROR|Failure" "$out/ctest.log" | head -40
-# The attention tests again with the NVIDIA kernels switched off: the portable path they are
-# checked against passes on its own too.
-FLASHCL_TUNE=attention_mma=0 ctest --test-dir build --output-on-failure -R "^(attention|attention_v2|fast_paths)$" \
+# The softmax and attention tests again with the NVIDIA kernels switched off: the portable path
+# they are checked against passes on its own too.
+FLASHCL_TUNE=attention_mma=0 ctest --test-dir build --output-on-failure -R "^(softmax|attention|attention_v2|fast_paths)$" \
   > "$out/ctest-mma-off.log" 2>&1
 echo "ctest (NVIDIA kernels off) rc=$?"
 build/tools/flashcl-demo 2>&1 | tail -12
@@ -52,5 +53,16 @@ for dtype in f16 bf16; do
     FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --dtype $dtype $cases --json \
       > "$out/bench-$kind-$dtype-portable.json" || status=1
   done
+done
+# Softmax over the gpu preset's shapes (M x N = 2^28) in every storage type, with NVIDIA's
+# softmax kernel and without it (FLASHCL_TUNE=softmax_nv=0: the portable kernels).
+softmax="--softmax 2097152x128 --softmax 262144x1024 --softmax 65536x4096 --softmax 16384x16384
+  --softmax 4096x65536 --softmax 1024x262144 --softmax 256x1048576 --softmax 64x4194304"
+for dtype in f32 f16 bf16; do
+  # shellcheck disable=SC2086 # $softmax is a list of options
+  build/tools/flashcl-bench --dtype $dtype $softmax --json > "$out/bench-softmax-$dtype.json" || status=1
+  # shellcheck disable=SC2086
+  FLASHCL_TUNE=softmax_nv=0 build/tools/flashcl-bench --dtype $dtype $softmax --json \
+    > "$out/bench-softmax-$dtype-portable.json" || status=1
 done
 exit $status

@@ -7,6 +7,7 @@
 #include "flashcl.h"
 
 #include "attention_args.h" /* cl/: the attention kernels' arguments, shared with them */
+#include "softmax_args.h"   /* ... and the softmax kernels' */
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -27,6 +28,7 @@
  * the rows kernel only _all: their other slots stay NULL. */
 enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
 #define FCL_MMA_BUCKETS 2 /* the tensor-core path's head-dim buckets: up to 64 and 128 */
+#define FCL_SOFTMAX_NV_BUILDS 2 /* NVIDIA's softmax: SM_NV_VECS vectors a work-item, and twice */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
 enum fcl_softmax_kernel {
@@ -57,6 +59,9 @@ struct fcl_context {
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
      * bucket and feature set (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
+    /* ... and NVIDIA's softmax (cl/softmax_nv.cl), per storage type and build
+     * (fcl_plan_softmax_nv_vecs; NULL where not built). */
+    cl_kernel softmax_nv[FCL_DTYPE_COUNT][FCL_SOFTMAX_NV_BUILDS];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
@@ -123,8 +128,8 @@ void fcl_release_kernels(fcl_context *ctx);
 /* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
  * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
-/* The NVIDIA program (cl/attention_mma_nv.cl, cl/attention_decode_nv.cl, cl/mma_check_nv.cl:
- * the same on every such device). */
+/* The NVIDIA program (cl/common_nv.cl, cl/attention_mma_nv.cl, cl/attention_decode_nv.cl,
+ * cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every such device). */
 char *fcl_mma_kernel_source(void);
 
 /* ---- cache.c: the on-disk program-binary cache ---- */
@@ -165,7 +170,8 @@ typedef struct fcl_tuning {
     size_t attention_group;    /* most work-items of a tile work-group (16, 32, 64); 0: as
                                   many as the kernels allow */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
-    int attention_mma;         /* 0: no tensor-core path even where the device has one */
+    int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
+    int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
     char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
@@ -185,12 +191,17 @@ size_t fcl_plan_fused_max_cols(const fcl_device_info *info);
 typedef struct fcl_softmax_launch {
     fcl_softmax_algo algo;
     int per_item;      /* ONLINE as softmax_rows: one work-item per row */
-    size_t lanes;      /* FUSED as softmax_block: work-items per row; 0: local memory */
+    size_t lanes;      /* FUSED in registers: work-items per row; 0: in local memory */
+    int nv_build;      /* FUSED as NVIDIA's softmax_nv (cl/softmax_nv.cl): its build + 1; 0: not */
     size_t work_group_size;
     size_t groups;     /* work-groups launched (each loops over rows or row slices) */
     size_t slices;     /* SPLIT: work-groups per row */
     size_t slice_cols; /* SPLIT: columns per slice */
 } fcl_softmax_launch;
+
+/* The 16-byte vectors a work-item of NVIDIA's softmax build holds for storage type t; 0 where
+ * that build is not made (the second build only serves float32 rows too long for the first). */
+size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build);
 
 /* Chooses the algorithm and launch shape for a validated descriptor. Returns
  * FCL_ERROR_UNSUPPORTED when a forced algorithm cannot run on the device. */

@@ -119,6 +119,10 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->attention_mma = (int)v;
         return 1;
     }
+    if (strcmp(key, "softmax_nv") == 0 && v <= 1) {
+        t->softmax_nv = (int)v;
+        return 1;
+    }
     return 0;
 }
 
@@ -150,6 +154,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
      * leaves; it needs no speed. */
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
     t->attention_mma = 1;
+    t->softmax_nv = 1;
     snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
              overrides && *overrides ? " + FLASHCL_TUNE" : "");
     if (!overrides || !*overrides)
@@ -170,7 +175,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1>, attention_mma=<0 or 1>, "
+                            "attention_rows=<0 or 1>, attention_mma=<0 or 1>, softmax_nv=<0 or 1>, "
                             "attention_group=<16, 32 or 64> or "
                             "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 16x16, 8x16, 8x8, "
                             "4x8>, separated by commas",
@@ -205,6 +210,37 @@ static size_t block_lanes(const fcl_device_info *info, size_t cols)
         lanes *= 2;
     lanes = min_size(min_size(lanes, info->softmax_work_group_size), floor_pow2(cols));
     return lanes ? lanes : 1;
+}
+
+/* Measured on the H100 (docs/PERFORMANCE.md): 8 vectors a work-item (128 bytes) keep 94-97% of
+ * the copy's speed from 128 to 8192 float32 and 16384 16-bit elements a row, 4 a little less
+ * past 1024, 16 spill half rows (255 registers) but hold 16384 float32 at 90% (177). NVIDIA's
+ * driver allows this kernel groups of 256 only (also at 54 registers). */
+size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build)
+{
+    return build == 0 ? SM_NV_VECS : t == FCL_DTYPE_F32 ? 2 * SM_NV_VECS : 0;
+}
+
+/* NVIDIA's softmax_nv for d, where it takes d (rows of 16-byte vectors starting at 16-byte
+ * multiples, up to softmax_nv_cols elements): its build (the first that holds the row) and
+ * work-items per row (the fewest that hold the row, and no more than the row's vectors, as
+ * the kernel needs). Returns 0 where it does not take d. */
+static int nv_plan(const fcl_device_info *info, const fcl_softmax_desc *d, size_t *lanes)
+{
+    const size_t vector = 16 / fcl_dtype_size(d->dtype), vectors = d->cols / vector;
+    if (d->cols > info->softmax_nv_cols || d->cols % vector || d->in_stride % vector ||
+        d->out_stride % vector)
+        return 0;
+    int build = 0;
+    while (SM_NV_LWS * fcl_plan_softmax_nv_vecs(d->dtype, build) < vectors)
+        if (++build == FCL_SOFTMAX_NV_BUILDS || !fcl_plan_softmax_nv_vecs(d->dtype, build))
+            return 0;
+    const size_t vecs = fcl_plan_softmax_nv_vecs(d->dtype, build);
+    *lanes = 1;
+    while (*lanes * vecs < vectors)
+        *lanes *= 2;
+    *lanes = min_size(*lanes, floor_pow2(vectors));
+    return build + 1;
 }
 
 /* Work-groups needed to keep every compute unit busy: a GPU unit wants several groups
@@ -269,7 +305,7 @@ static fcl_status fit_loop_cap(const fcl_device_info *info, const fcl_softmax_de
         l->slices = ceil_div(d->cols, l->slice_cols);
     }
     /* Rows (or slices) a work-group takes at once, and so how many it may take in all. */
-    size_t units = d->rows * l->slices, per_pass = l->lanes ? lws / l->lanes : 1;
+    size_t units = d->rows * l->slices, per_pass = l->lanes ? l->work_group_size / l->lanes : 1;
     size_t passes = cap / row_iterations(info, l);
     size_t groups = ceil_div(units, per_pass * passes);
     if (groups > l->groups)
@@ -283,7 +319,9 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     size_t lws = info->softmax_work_group_size;
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
     fcl_softmax_algo algo = d->algo;
-    int fits = d->cols <= info->softmax_fused_max_cols;
+    size_t nv_lanes = 0;
+    const int nv_build = nv_plan(info, d, &nv_lanes);
+    int fits = d->cols <= info->softmax_fused_max_cols || nv_build;
 
     if (algo == FCL_SOFTMAX_FUSED && !fits)
         return FCL_ERROR_UNSUPPORTED;
@@ -306,9 +344,15 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     }
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
     launch->lanes = 0;
-    if (algo == FCL_SOFTMAX_FUSED && d->cols <= info->softmax_block_cols) {
+    launch->nv_build = algo == FCL_SOFTMAX_FUSED ? nv_build : 0;
+    if (launch->nv_build) {
+        launch->lanes = nv_lanes;
+        launch->work_group_size = SM_NV_LWS;
+    } else if (algo == FCL_SOFTMAX_FUSED && d->cols <= info->softmax_block_cols) {
         launch->lanes = block_lanes(info, d->cols);
-        size_t rows_per_group = lws / launch->lanes;
+    }
+    if (launch->lanes) {
+        size_t rows_per_group = launch->work_group_size / launch->lanes;
         launch->groups = min_size(ceil_div(d->rows, rows_per_group), max_groups ? max_groups : 1);
     }
     launch->per_item = algo == FCL_SOFTMAX_ONLINE && info->softmax_rows_per_item;

@@ -22,6 +22,8 @@ extern const char fcl_cl_attention_merge[];
 extern const char fcl_cl_attention_mma_nv[];
 extern const char fcl_cl_mma_check_nv[];
 extern const char fcl_cl_attention_decode_nv[];
+extern const char fcl_cl_common_nv[];
+extern const char fcl_cl_softmax_nv[];
 
 #define FCL_BASE_BUILD_OPTIONS FCL_CL_STD
 
@@ -274,6 +276,9 @@ static void release_mma_kernels(fcl_context *ctx)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             release_kernel(&ctx->attention_decode_nv[b][v]);
     }
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+            release_kernel(&ctx->softmax_nv[dt][b]);
     if (ctx->mma_program) {
         clReleaseProgram(ctx->mma_program);
         ctx->mma_program = NULL;
@@ -480,6 +485,7 @@ char *fcl_mma_kernel_source(void)
 {
     text t = {0};
     text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
@@ -503,6 +509,15 @@ char *fcl_mma_kernel_source(void)
                          fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
                          fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
                          fcl_cl_attention_decode_nv);
+    text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+             fcl_cl_softmax_args, fcl_cl_softmax_common);
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+            if (fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b))
+                text_add(&t, "#define FCL_DT %s\n#define FCL_SNV_VECS %zu\n"
+                             "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
+                         dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
+                         fcl_cl_softmax_nv);
     text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     if (t.failed) {
         free(t.s);
@@ -567,9 +582,9 @@ static fcl_status create_nv_kernel(fcl_context *ctx, const char *name, cl_kernel
     return s;
 }
 
-/* Builds the NVIDIA kernels (tensor-core prefill, shuffle decode) where the planner wants
- * them and they pass the self-check; elsewhere info.attention_mma stays 0 with the reason,
- * and nothing fails but running out of host memory: the portable kernels serve. */
+/* Builds the NVIDIA kernels (tensor-core prefill, shuffle decode, softmax) where the planner
+ * wants them and they pass the self-check; elsewhere info.attention_mma stays 0 with the
+ * reason, and nothing fails but running out of host memory: the portable kernels serve. */
 static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
                                     const fcl_tuning *tuning)
 {
@@ -577,6 +592,7 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
     const size_t cap = sizeof ctx->info.attention_mma_because;
     int from_cache, fits = 1;
     ctx->info.attention_mma = 0;
+    ctx->info.softmax_nv_cols = 0;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
     fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, &from_cache);
@@ -602,6 +618,15 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
                 s = create_nv_kernel(ctx, name, &ctx->attention_decode_nv[b][v], FA_DNV_LWS, &fits,
                                      because, cap);
         }
+    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS && s == FCL_SUCCESS && fits; b++) {
+            const size_t vecs = fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b);
+            char name[32];
+            snprintf(name, sizeof name, "softmax_nv%zu_%s", vecs, dtype_suffix[dt]);
+            if (vecs)
+                s = create_nv_kernel(ctx, name, &ctx->softmax_nv[dt][b], SM_NV_LWS, &fits, because,
+                                     cap);
+        }
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
         release_mma_kernels(ctx);
         return s;
@@ -615,6 +640,8 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
     } else if (fits) {
         ctx->info.attention_mma = 1;
         because[0] = '\0';
+        if (tuning->softmax_nv)
+            ctx->info.softmax_nv_cols = SM_NV_COLS;
     }
     if (!ctx->info.attention_mma)
         release_mma_kernels(ctx);

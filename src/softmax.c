@@ -1,6 +1,5 @@
 /* Softmax: descriptor validation, planning, and the enqueueing of the row kernels. */
 #include "internal.h"
-#include "softmax_args.h" /* cl/: the softmax kernels' arguments, shared with them */
 
 #include <math.h>
 #include <string.h>
@@ -133,9 +132,13 @@ static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_la
     if (sh->d.algo == FCL_SOFTMAX_FUSED && sh->d.cols > ctx->info.softmax_fused_max_cols)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                         "algo FCL_SOFTMAX_FUSED needs cols (%zu) <= %zu, the longest row that "
-                        "fits the %llu bytes of local memory of this device",
+                        "fits the %llu bytes of local memory of this device%s",
                         sh->d.cols, ctx->info.softmax_fused_max_cols,
-                        (unsigned long long)ctx->info.local_mem_size);
+                        (unsigned long long)ctx->info.local_mem_size,
+                        sh->d.cols <= ctx->info.softmax_nv_cols
+                            ? " (NVIDIA's registers hold it where cols, in_stride and out_stride "
+                              "are multiples of 16 bytes)"
+                            : "");
     return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                     "algo %s on rows of %zu columns takes more loop iterations per work-item than "
                     "the %u this driver allows (loop_iteration_cap)%s",
@@ -277,7 +280,8 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
     fcl_status s = FCL_SUCCESS;
 
     if (launch->algo == FCL_SOFTMAX_FUSED && launch->lanes) {
-        cl_kernel k = kernels[FCL_K_SOFTMAX_BLOCK];
+        cl_kernel k = launch->nv_build ? ctx->softmax_nv[sh->d.dtype][launch->nv_build - 1]
+                                       : kernels[FCL_K_SOFTMAX_BLOCK];
         cl_uint lanes = (cl_uint)launch->lanes;
         err = set_row_args(k, a);
         err = set_arg(err, k, SM_ARG_COUNT, sizeof lanes, &lanes);

@@ -175,6 +175,11 @@ static float *softmax_slopes(const softmax_case *c)
 
 void run_softmax_case(const softmax_case *c, float *got_out)
 {
+    run_softmax_case_on(support_ctx, c, got_out);
+}
+
+void run_softmax_case_on(fcl_context *ctx, const softmax_case *c, float *got_out)
+{
     chk_rng *r = support_rng();
     size_t esz = chk_dtype_size(c->dtype);
     fcl_dtype mask_dtype = c->mask_f16 ? FCL_DTYPE_F16 : FCL_DTYPE_F32;
@@ -197,8 +202,8 @@ void run_softmax_case(const softmax_case *c, float *got_out)
      * device, never assumed. */
     fcl_softmax_algo planned;
     if (c->algo != FCL_SOFTMAX_AUTO && c->algo != FCL_SOFTMAX_SPLIT &&
-        fcl_softmax_plan(support_ctx, &d, &planned) == FCL_ERROR_UNSUPPORTED) {
-        const char *why = fcl_context_last_error(support_ctx);
+        fcl_softmax_plan(ctx, &d, &planned) == FCL_ERROR_UNSUPPORTED) {
+        const char *why = fcl_context_last_error(ctx);
         const int local_memory = c->algo == FCL_SOFTMAX_FUSED &&
                                  c->cols > support_info.softmax_fused_max_cols &&
                                  strstr(why, "local memory");
@@ -244,10 +249,10 @@ void run_softmax_case(const softmax_case *c, float *got_out)
                                     .sinks = sinks, .alibi_slopes = slopes};
     chk_softmax_reference(&d, &io, ref, ref_lse);
 
-    fcl_status s = fcl_softmax_run_host(support_ctx, &d, &io);
+    fcl_status s = fcl_softmax_run_host(ctx, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("fcl_softmax_run_host: %s: %s", fcl_status_string(s),
-                 fcl_context_last_error(support_ctx));
+                 fcl_context_last_error(ctx));
 
     const char *what = "softmax";
     chk_report rep;

@@ -62,6 +62,7 @@ typedef struct softmax_case {
 /* Runs c through fcl_softmax_run_host and asserts outputs, lse, padding and inputs.
  * If got_out is not NULL it receives the dense float result (rows x cols). */
 void run_softmax_case(const softmax_case *c, float *got_out);
+void run_softmax_case_on(fcl_context *ctx, const softmax_case *c, float *got_out); /* on ctx */
 /* The algorithms that can run c's shape on this device (FUSED only where it fits). */
 int algo_can_run(fcl_softmax_algo a, size_t cols);
 

@@ -364,6 +364,71 @@ static void test_gqa_decode_rows_match(void **state)
     fcl_context_destroy(portable);
 }
 
+/* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
+ * on the portable one, on the same input: each against the float64 reference
+ * (run_softmax_case_on), and the two against each other. */
+static void check_softmax_both(fcl_context *portable, softmax_case c)
+{
+    const size_t n = c.rows * c.cols;
+    float *fast = malloc(n * sizeof(float)), *slow = malloc(n * sizeof(float));
+    double *want = malloc(n * sizeof(double));
+    assert_true(fast && slow && want);
+    const chk_rng same_input = *support_rng();
+    run_softmax_case_on(support_ctx, &c, fast);
+    *support_rng() = same_input;
+    run_softmax_case_on(portable, &c, slow);
+    for (size_t e = 0; e < n; e++)
+        want[e] = slow[e];
+    chk_report rep;
+    if (!chk_compare(fast, FCL_DTYPE_F32, c.rows, c.cols, c.cols, want,
+                     chk_softmax_tolerance(c.dtype), &rep))
+        fail_msg("softmax %zux%zu %s: NVIDIA and portable kernels differ at %zu of %zu, first "
+                 "%lld: %.9g vs %.9g", c.rows, c.cols, chk_dtype_name(c.dtype), rep.bad,
+                 rep.checked, (long long)rep.first_bad, rep.got, rep.want);
+    free(fast), free(slow), free(want);
+}
+
+/* NVIDIA's softmax (cl/softmax_nv.cl) is used where the NVIDIA kernels are and not when
+ * switched off; in every storage type, from rows of one 16-byte vector to the longest it
+ * holds (a work-group a row), with spare work-items in the last pass (in a warp of live rows,
+ * whole warps, warps of a row shared by several), hard values (rows of -inf, NaN, +inf,
+ * +-1e30), padded rows, in place, log, and ggml's soft_max_ext (a float16 mask per row, ALiBi,
+ * sinks, lse). */
+static void test_softmax_nv_matches(void **state)
+{
+    (void)state;
+    const char *tune = getenv("FLASHCL_TUNE");
+    const int expected = mma_expected() && !(tune && strstr(tune, "softmax_nv=0"));
+    assert_int_equal(support_info.softmax_nv_cols > 0, expected);
+    fcl_context *portable = portable_context();
+    fcl_device_info off;
+    assert_int_equal(fcl_context_device_info(portable, &off), FCL_SUCCESS);
+    assert_int_equal(off.softmax_nv_cols, 0);
+    const size_t longest = expected ? support_info.softmax_nv_cols : 16384;
+    const size_t shapes[][2] = {/* rows, cols */
+                                {3, 8}, {4999, 128}, {37, 1000}, {9, 4096}, {3, longest}};
+    for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++)
+        for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            softmax_case c = {.rows = shapes[k][0], .cols = shapes[k][1], .dtype = (fcl_dtype)t};
+            check_softmax_both(portable, c);
+            c.fill = k % 2 ? FILL_SPECIAL : FILL_HUGE;
+            c.in_pad = 8;
+            c.out_pad = 16;
+            c.log = k == 2;
+            check_softmax_both(portable, c);
+            c.fill = FILL_WIDE;
+            c.in_place = 1;
+            c.mask = MASK_PER_ROW;
+            c.mask_f16 = 1;
+            c.heads = 4;
+            c.head_rows = 1;
+            c.alibi = k % 2;
+            c.sinks = 1;
+            check_softmax_both(portable, c);
+        }
+    fcl_context_destroy(portable);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -373,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_decode_nv_matches),
         cmocka_unit_test(test_decode_nv_features_match),
         cmocka_unit_test(test_gqa_decode_rows_match),
+        cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);
 }

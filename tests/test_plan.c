@@ -144,6 +144,61 @@ static void test_pocl_like(void **state)
     assert_false(plan_of(&nv, 4096, 65536, 0).per_item);
 }
 
+/* NVIDIA's softmax_nv takes FUSED rows of 16-byte vectors at 16-byte starts up to
+ * softmax_nv_cols elements (past what local memory holds), in its first build that holds the
+ * row, with the fewest lanes that hold the row and no more than its vectors, in work-groups of
+ * SM_NV_LWS; any other row keeps the portable plan, and so does every row where
+ * softmax_nv_cols is 0. */
+static void test_softmax_nv_plan(void **state)
+{
+    (void)state;
+    fcl_device_info i = nvidia_like();
+    assert_false(plan_of(&i, 1u << 21, 128, 0).nv_build);
+    i.softmax_nv_cols = SM_NV_COLS;
+    fcl_softmax_launch l = plan_of(&i, 1u << 21, 128, 0);
+    assert_true(l.nv_build == 1 && l.algo == FCL_SOFTMAX_FUSED && l.lanes == 32 / SM_NV_VECS);
+    assert_true(l.work_group_size == SM_NV_LWS && l.groups == 132 * 32);
+    l = plan_of(&i, 9, 4096, 0);
+    assert_true(l.nv_build == 1 && l.lanes == 1024 / SM_NV_VECS);
+    assert_int_equal(l.groups, (9 + SM_NV_LWS / l.lanes - 1) / (SM_NV_LWS / l.lanes));
+    /* float32 rows too long for the first build take the second (twice the vectors). */
+    assert_int_equal(SM_NV_LWS * fcl_plan_softmax_nv_vecs(FCL_DTYPE_F32, 1) * 4, SM_NV_COLS);
+    l = plan_of(&i, 9, SM_NV_COLS, 0);
+    assert_true(l.nv_build == 2 && l.lanes == SM_NV_LWS && l.groups == 9);
+    assert_true(plan_of(&i, 3, 8, 0).nv_build && plan_of(&i, 3, 8, 0).lanes == 1);
+    assert_int_equal(plan_of(&i, 3, 64, 0).lanes, 16 / SM_NV_VECS);
+    const size_t not_nv[][3] = {/* cols, in_stride, out_stride (float32) */
+                                {1001, 1001, 1001}, {1024, 1027, 1024}, {1024, 1024, 1030},
+                                {SM_NV_COLS + 4, SM_NV_COLS + 4, SM_NV_COLS + 4}};
+    for (size_t k = 0; k < sizeof not_nv / sizeof not_nv[0]; k++) {
+        fcl_softmax_desc d = {.rows = 1000, .cols = not_nv[k][0], .in_stride = not_nv[k][1],
+                              .out_stride = not_nv[k][2]};
+        assert_int_equal(fcl_plan_softmax(&i, &d, &l), FCL_SUCCESS);
+        assert_false(l.nv_build);
+        assert_int_equal(l.algo, d.cols <= i.softmax_fused_max_cols ? FCL_SOFTMAX_FUSED
+                                                                    : FCL_SOFTMAX_ONLINE);
+    }
+    /* 16-bit types: vectors of 8 elements, one build. */
+    assert_int_equal(fcl_plan_softmax_nv_vecs(FCL_DTYPE_F16, 1), 0);
+    fcl_softmax_desc h = {.rows = 100, .cols = 1020, .in_stride = 1020, .out_stride = 1020,
+                          .dtype = FCL_DTYPE_F16};
+    assert_int_equal(fcl_plan_softmax(&i, &h, &l), FCL_SUCCESS);
+    assert_false(l.nv_build);
+    h.cols = h.in_stride = h.out_stride = SM_NV_COLS;
+    h.dtype = FCL_DTYPE_BF16;
+    assert_int_equal(fcl_plan_softmax(&i, &h, &l), FCL_SUCCESS);
+    assert_true(l.nv_build == 1 && l.lanes == SM_NV_LWS);
+    /* Forced: FUSED past local memory only where softmax_nv takes the row; ONLINE stays. */
+    assert_false(plan_of(&i, 100, 1024, FCL_SOFTMAX_ONLINE).nv_build);
+    fcl_softmax_desc f = {.rows = 8, .cols = 16000, .in_stride = 16000, .out_stride = 16000,
+                          .algo = FCL_SOFTMAX_FUSED};
+    assert_true(f.cols > i.softmax_fused_max_cols);
+    assert_int_equal(fcl_plan_softmax(&i, &f, &l), FCL_SUCCESS);
+    assert_int_equal(l.nv_build, 2);
+    f.in_stride = 16001;
+    assert_int_equal(fcl_plan_softmax(&i, &f, &l), FCL_ERROR_UNSUPPORTED);
+}
+
 /* Mesa's llvmpipe: a CPU device whose driver stops a work-item's loops after 65535
  * iterations in all. Every softmax plan keeps each work-item within that: its rows (or
  * slices) times the iterations of one, counted as the planner's rule does (up to three passes
@@ -563,8 +618,11 @@ static void test_tuning(void **state)
     assert_int_equal(t.attention_group, 32);
 
     assert_int_equal(t.attention_mma, 1);
+    assert_int_equal(t.softmax_nv, 1);
+    assert_int_equal(fcl_tuning_for(NULL, &cpu, "softmax_nv=0", &t), FCL_SUCCESS);
+    assert_int_equal(t.softmax_nv, 0);
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
-                         "attention_mma=2",
+                         "attention_mma=2", "softmax_nv=2",
                          "softmax_rows=2", "attention_rows=x", "attention_group=8",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -582,7 +640,7 @@ int main(void)
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
         cmocka_unit_test(test_any_limits_give_runnable_plans),
         cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_mma_path_rules),
-        cmocka_unit_test(test_tuning),
+        cmocka_unit_test(test_tuning), cmocka_unit_test(test_softmax_nv_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,6 +102,10 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("                      rows of up to %zu columns in registers (%zu per work-item, "
                "%zu or more work-items per row)\n",
                i->softmax_block_cols, i->softmax_block_items, i->softmax_block_min_lanes);
+    if (i->softmax_nv_cols)
+        printf("                      NVIDIA: rows of up to %zu columns in registers, reduced by "
+               "warp shuffles (cols and strides multiples of 16 bytes)\n",
+               i->softmax_nv_cols);
     if (i->softmax_rows_per_item)
         printf("                      local memory is ordinary memory here: ONLINE runs one "
                "work-item per row, and AUTO prefers it to FUSED\n");
@@ -109,8 +113,8 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
     if (i->attention_mma)
-        printf("  NVIDIA kernels      tensor-core prefill (f16, bf16) and shuffle decode (compute "
-               "capability %u.%u; FLASHCL_TUNE=attention_mma=0 turns them off)\n",
+        printf("  NVIDIA kernels      tensor-core prefill (f16, bf16), shuffle decode and softmax "
+               "(compute capability %u.%u; FLASHCL_TUNE=attention_mma=0 turns them off)\n",
                i->nv_compute_capability / 10, i->nv_compute_capability % 10);
     else
         printf("  NVIDIA kernels      not used: %s\n", i->attention_mma_because);
@@ -168,6 +172,7 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
     printf(", \"nv_compute_capability\": %u, \"attention_mma\": %s, \"attention_mma_because\": ",
            i->nv_compute_capability, i->attention_mma ? "true" : "false");
     json_string(i->attention_mma_because);
+    printf(", \"softmax_nv_cols\": %zu", i->softmax_nv_cols);
     printf(", \"global_mem_size\": %llu, \"max_alloc_size\": %llu",
            (unsigned long long)i->global_mem_size, (unsigned long long)i->max_alloc_size);
     printf(", \"max_work_group_size\": %zu, \"kernel_work_group_size\": %zu",

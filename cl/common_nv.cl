@@ -1,0 +1,45 @@
+/* PTX helpers shared by the NVIDIA kernels (attention_mma_nv.cl, attention_decode_nv.cl,
+ * softmax_nv.cl): the NVIDIA program compiles this once, after common.cl. Inline PTX is
+ * accepted by NVIDIA's OpenCL compiler (driver 525 and later); the planner builds this program
+ * only there (src/plan.c, fcl_plan_mma). */
+
+/* x from the lane whose index differs by mask (every lane of the warp must take part). */
+FCL_INLINE float fcl_nv_shuffle_xor(float x, uint mask)
+{
+    uint y;
+    __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+                     : "=r"(y)
+                     : "r"(as_uint(x)), "r"(mask));
+    return as_float(y);
+}
+
+/* The two 16-bit values of a 32-bit word as floats, the low one first (exact). */
+FCL_INLINE float2 fcl_nv_halves_f16(uint w)
+{
+    float lo, hi;
+    __asm__("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.f32.f16 %0, l;\n\tcvt.f32.f16 %1, h;}"
+            : "=f"(lo), "=f"(hi)
+            : "r"(w));
+    return (float2)(lo, hi);
+}
+
+FCL_INLINE float2 fcl_nv_halves_bf16(uint w)
+{
+    return (float2)(as_float(w << 16), as_float(w & 0xffff0000u));
+}
+
+/* Two floats rounded to the storage type (to nearest even; a NaN stays a NaN) in one word,
+ * lo in the low half. */
+FCL_INLINE uint fcl_nv_pack_f16(float lo, float hi)
+{
+    uint r;
+    __asm__ volatile("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+FCL_INLINE uint fcl_nv_pack_bf16(float lo, float hi)
+{
+    uint r;
+    __asm__ volatile("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
