@@ -23,6 +23,9 @@ kernels="attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 att
   attention_mma_rows_d64_f16 attention_mma_rows_d64_bf16 attention_mma_rows_d128_f16 attention_mma_rows_d128_bf16
   attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
   softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check"
+for t in f32 f16 bf16; do
+  kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
+done
 for k in $kernels; do
   grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }
 done

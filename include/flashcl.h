@@ -154,11 +154,11 @@ typedef struct fcl_device_info {
      * elsewhere. */
     int attention_mma;
     char attention_mma_because[160];
-    /* With NVIDIA's kernels (attention_mma): softmax rows of up to this many elements run
-     * FUSED in registers, with 16-byte loads and warp-shuffle reductions, where cols,
-     * in_stride and out_stride are multiples of 16 bytes (4 float32 or 8 16-bit elements),
-     * also rows longer than softmax_fused_max_cols; 0 where not used
-     * (FLASHCL_TUNE=softmax_nv=0 switches it off). */
+    /* With NVIDIA's kernels (attention_mma), softmax on rows whose cols, in_stride and
+     * out_stride are multiples of 16 bytes (4 float32 or 8 16-bit elements) runs on NVIDIA's
+     * kernels: FUSED in registers for rows of up to softmax_nv_cols elements (also longer than
+     * softmax_fused_max_cols), ONLINE and SPLIT beyond, all with 16-byte loads and warp-shuffle
+     * reductions. 0 where not used (FLASHCL_TUNE=softmax_nv=0 switches it off). */
     size_t softmax_nv_cols;
 } fcl_device_info;
 

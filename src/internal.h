@@ -59,9 +59,11 @@ struct fcl_context {
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
      * bucket and feature set (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
-    /* ... and NVIDIA's softmax (cl/softmax_nv.cl), per storage type and build
-     * (fcl_plan_softmax_nv_vecs; NULL where not built). */
+    /* ... and NVIDIA's softmax (cl/softmax_nv.cl): FUSED per storage type and build
+     * (fcl_plan_softmax_nv_vecs; NULL where not built), and ONLINE and SPLIT per storage type
+     * in the slots of the portable kernels they replace (the others NULL). */
     cl_kernel softmax_nv[FCL_DTYPE_COUNT][FCL_SOFTMAX_NV_BUILDS];
+    cl_kernel softmax_nv_stream[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
@@ -193,6 +195,7 @@ typedef struct fcl_softmax_launch {
     int per_item;      /* ONLINE as softmax_rows: one work-item per row */
     size_t lanes;      /* FUSED in registers: work-items per row; 0: in local memory */
     int nv_build;      /* FUSED as NVIDIA's softmax_nv (cl/softmax_nv.cl): its build + 1; 0: not */
+    int nv_stream;     /* ONLINE or SPLIT on NVIDIA's kernels (softmax_nv_online, _split_*) */
     size_t work_group_size;
     size_t groups;     /* work-groups launched (each loops over rows or row slices) */
     size_t slices;     /* SPLIT: work-groups per row */

@@ -221,15 +221,22 @@ size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build)
     return build == 0 ? SM_NV_VECS : t == FCL_DTYPE_F32 ? 2 * SM_NV_VECS : 0;
 }
 
-/* NVIDIA's softmax_nv for d, where it takes d (rows of 16-byte vectors starting at 16-byte
- * multiples, up to softmax_nv_cols elements): its build (the first that holds the row) and
- * work-items per row (the fewest that hold the row, and no more than the row's vectors, as
- * the kernel needs). Returns 0 where it does not take d. */
-static int nv_plan(const fcl_device_info *info, const fcl_softmax_desc *d, size_t *lanes)
+/* Whether NVIDIA's softmax kernels take d: they are built, and d's rows are 16-byte vectors
+ * starting at multiples of 16 bytes (vector indices in 32 bits). */
+static int nv_takes(const fcl_device_info *info, const fcl_softmax_desc *d)
+{
+    const size_t vector = 16 / fcl_dtype_size(d->dtype);
+    return info->softmax_nv_cols && d->cols % vector == 0 && d->in_stride % vector == 0 &&
+           d->out_stride % vector == 0 && d->cols / vector <= UINT32_MAX;
+}
+
+/* FUSED on NVIDIA's softmax_nv for d, up to softmax_nv_cols elements a row: its build (the
+ * first that holds the row) + 1 and work-items per row (the fewest that hold the row, and no
+ * more than the row's vectors, as the kernel needs). Returns 0 where it does not take d. */
+static int nv_fused_build(const fcl_device_info *info, const fcl_softmax_desc *d, size_t *lanes)
 {
     const size_t vector = 16 / fcl_dtype_size(d->dtype), vectors = d->cols / vector;
-    if (d->cols > info->softmax_nv_cols || d->cols % vector || d->in_stride % vector ||
-        d->out_stride % vector)
+    if (!nv_takes(info, d) || d->cols > info->softmax_nv_cols)
         return 0;
     int build = 0;
     while (SM_NV_LWS * fcl_plan_softmax_nv_vecs(d->dtype, build) < vectors)
@@ -320,7 +327,7 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
     fcl_softmax_algo algo = d->algo;
     size_t nv_lanes = 0;
-    const int nv_build = nv_plan(info, d, &nv_lanes);
+    const int nv_build = nv_fused_build(info, d, &nv_lanes);
     int fits = d->cols <= info->softmax_fused_max_cols || nv_build;
 
     if (algo == FCL_SOFTMAX_FUSED && !fits)
@@ -337,12 +344,18 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
     launch->work_group_size = lws;
     launch->slices = 1;
     launch->slice_cols = d->cols;
+    launch->nv_stream = algo != FCL_SOFTMAX_FUSED && nv_takes(info, d);
     if (algo == FCL_SOFTMAX_SPLIT) {
         size_t slices = split_slices(info, d, lws, d->algo == FCL_SOFTMAX_SPLIT);
         launch->slice_cols = ceil_div(d->cols, slices);
+        if (launch->nv_stream) /* slices of whole 16-byte vectors */
+            launch->slice_cols = ceil_div(launch->slice_cols, 16 / fcl_dtype_size(d->dtype)) *
+                                 (16 / fcl_dtype_size(d->dtype));
         launch->slices = ceil_div(d->cols, launch->slice_cols); /* no empty slice */
     }
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
+    if (launch->nv_stream)
+        launch->work_group_size = SM_NV_LWS;
     launch->lanes = 0;
     launch->nv_build = algo == FCL_SOFTMAX_FUSED ? nv_build : 0;
     if (launch->nv_build) {

@@ -276,9 +276,12 @@ static void release_mma_kernels(fcl_context *ctx)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             release_kernel(&ctx->attention_decode_nv[b][v]);
     }
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
         for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
             release_kernel(&ctx->softmax_nv[dt][b]);
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+            release_kernel(&ctx->softmax_nv_stream[dt][k]);
+    }
     if (ctx->mma_program) {
         clReleaseProgram(ctx->mma_program);
         ctx->mma_program = NULL;
@@ -626,6 +629,17 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             if (vecs)
                 s = create_nv_kernel(ctx, name, &ctx->softmax_nv[dt][b], SM_NV_LWS, &fits, because,
                                      cap);
+        }
+    const int streaming[] = {FCL_K_SOFTMAX_ONLINE, FCL_K_SOFTMAX_SPLIT_STATS,
+                             FCL_K_SOFTMAX_SPLIT_WRITE};
+    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
+        for (int i = 0; i < 3 && s == FCL_SUCCESS && fits; i++) {
+            char name[48];
+            /* "softmax_nv_" and the portable kernel's name past "softmax_" */
+            snprintf(name, sizeof name, "softmax_nv_%s_%s", softmax_kernel_names[streaming[i]] + 8,
+                     dtype_suffix[dt]);
+            s = create_nv_kernel(ctx, name, &ctx->softmax_nv_stream[dt][streaming[i]], SM_NV_LWS,
+                                 &fits, because, cap);
         }
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
         release_mma_kernels(ctx);

@@ -273,7 +273,8 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
                           const fcl_softmax_launch *launch, const softmax_args *a,
                           cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
-    cl_kernel *kernels = ctx->softmax[sh->d.dtype];
+    cl_kernel *kernels = launch->nv_stream ? ctx->softmax_nv_stream[sh->d.dtype]
+                                           : ctx->softmax[sh->d.dtype];
     cl_int err;
     cl_event first = NULL;
     cl_mem partial = NULL;

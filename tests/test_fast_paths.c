@@ -389,11 +389,11 @@ static void check_softmax_both(fcl_context *portable, softmax_case c)
 }
 
 /* NVIDIA's softmax (cl/softmax_nv.cl) is used where the NVIDIA kernels are and not when
- * switched off; in every storage type, from rows of one 16-byte vector to the longest it
+ * switched off; in every storage type, FUSED from rows of one 16-byte vector to the longest it
  * holds (a work-group a row), with spare work-items in the last pass (in a warp of live rows,
- * whole warps, warps of a row shared by several), hard values (rows of -inf, NaN, +inf,
- * +-1e30), padded rows, in place, log, and ggml's soft_max_ext (a float16 mask per row, ALiBi,
- * sinks, lse). */
+ * whole warps, warps of a row shared by several), ONLINE and SPLIT (forced, and AUTO's choice
+ * for longer rows; a short last batch), hard values (rows of -inf, NaN, +inf, +-1e30), padded
+ * rows, in place, log, and ggml's soft_max_ext (a float16 mask per row, ALiBi, sinks, lse). */
 static void test_softmax_nv_matches(void **state)
 {
     (void)state;
@@ -405,11 +405,14 @@ static void test_softmax_nv_matches(void **state)
     assert_int_equal(fcl_context_device_info(portable, &off), FCL_SUCCESS);
     assert_int_equal(off.softmax_nv_cols, 0);
     const size_t longest = expected ? support_info.softmax_nv_cols : 16384;
-    const size_t shapes[][2] = {/* rows, cols */
-                                {3, 8}, {4999, 128}, {37, 1000}, {9, 4096}, {3, longest}};
+    const size_t shapes[][3] = {/* rows, cols, algo */
+                                {3, 8, 0}, {4999, 128, 0}, {37, 1000, 0}, {9, 4096, 0},
+                                {3, longest, 0}, {37, 1000, FCL_SOFTMAX_ONLINE},
+                                {37, 1000, FCL_SOFTMAX_SPLIT}, {280, 12000, 0}, {2, 200000, 0}};
     for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
-            softmax_case c = {.rows = shapes[k][0], .cols = shapes[k][1], .dtype = (fcl_dtype)t};
+            softmax_case c = {.rows = shapes[k][0], .cols = shapes[k][1], .dtype = (fcl_dtype)t,
+                              .algo = (fcl_softmax_algo)shapes[k][2]};
             check_softmax_both(portable, c);
             c.fill = k % 2 ? FILL_SPECIAL : FILL_HUGE;
             c.in_pad = 8;

@@ -147,13 +147,14 @@ static void test_pocl_like(void **state)
 /* NVIDIA's softmax_nv takes FUSED rows of 16-byte vectors at 16-byte starts up to
  * softmax_nv_cols elements (past what local memory holds), in its first build that holds the
  * row, with the fewest lanes that hold the row and no more than its vectors, in work-groups of
- * SM_NV_LWS; any other row keeps the portable plan, and so does every row where
- * softmax_nv_cols is 0. */
+ * SM_NV_LWS, and ONLINE and SPLIT on longer such rows; any other row keeps the portable plan,
+ * and so does every row where softmax_nv_cols is 0. */
 static void test_softmax_nv_plan(void **state)
 {
     (void)state;
     fcl_device_info i = nvidia_like();
     assert_false(plan_of(&i, 1u << 21, 128, 0).nv_build);
+    assert_false(plan_of(&i, 4096, 65536, 0).nv_stream);
     i.softmax_nv_cols = SM_NV_COLS;
     fcl_softmax_launch l = plan_of(&i, 1u << 21, 128, 0);
     assert_true(l.nv_build == 1 && l.algo == FCL_SOFTMAX_FUSED && l.lanes == 32 / SM_NV_VECS);
@@ -188,8 +189,26 @@ static void test_softmax_nv_plan(void **state)
     h.dtype = FCL_DTYPE_BF16;
     assert_int_equal(fcl_plan_softmax(&i, &h, &l), FCL_SUCCESS);
     assert_true(l.nv_build == 1 && l.lanes == SM_NV_LWS);
-    /* Forced: FUSED past local memory only where softmax_nv takes the row; ONLINE stays. */
-    assert_false(plan_of(&i, 100, 1024, FCL_SOFTMAX_ONLINE).nv_build);
+    /* Longer rows of 16-byte vectors stream on NVIDIA's ONLINE and SPLIT, whose slices are
+     * whole vectors; others on the portable ones. */
+    l = plan_of(&i, 4096, 65536, 0);
+    assert_true(l.algo == FCL_SOFTMAX_ONLINE && l.nv_stream && !l.nv_build);
+    assert_int_equal(l.work_group_size, SM_NV_LWS);
+    l = plan_of(&i, 64, 1u << 22, 0);
+    assert_true(l.algo == FCL_SOFTMAX_SPLIT && l.nv_stream && l.slice_cols % 4 == 0);
+    l = plan_of(&i, 3, 100008, FCL_SOFTMAX_SPLIT);
+    assert_true(l.nv_stream && l.slice_cols % 4 == 0 && l.slices >= 2);
+    assert_false(plan_of(&i, 4096, 65537, 0).nv_stream);
+    assert_false(plan_of(&i, 64, (1u << 22) + 2, 0).nv_stream);
+    h.cols = h.in_stride = h.out_stride = 1000000;
+    h.rows = 2;
+    h.dtype = FCL_DTYPE_F16;
+    assert_int_equal(fcl_plan_softmax(&i, &h, &l), FCL_SUCCESS);
+    assert_true(l.algo == FCL_SOFTMAX_SPLIT && l.nv_stream && l.slice_cols % 8 == 0);
+    assert_true(l.slices * l.slice_cols >= h.cols && (l.slices - 1) * l.slice_cols < h.cols);
+    /* Forced: FUSED past local memory only where softmax_nv takes the row; ONLINE streams. */
+    l = plan_of(&i, 100, 1024, FCL_SOFTMAX_ONLINE);
+    assert_true(!l.nv_build && l.nv_stream);
     fcl_softmax_desc f = {.rows = 8, .cols = 16000, .in_stride = 16000, .out_stride = 16000,
                           .algo = FCL_SOFTMAX_FUSED};
     assert_true(f.cols > i.softmax_fused_max_cols);
