@@ -92,9 +92,10 @@ FCL_INLINE void FCL_CAT(fa_dnv_chunk, FA_NAME)(const fa_params *p, const fa_io *
     for (uint e = 0; e < 8; e++)
         o[e] *= alpha;
     *m = m_new;
+    const float under = m_new == -INFINITY ? 0.0f : m_new; /* fa_exp_under's rule */
     #pragma unroll
     for (uint i = 0; i < FA_DNV_KC; i++) {
-        s[i] = s[i] == -INFINITY ? 0.0f : fa_exp_under(s[i], m_new);
+        s[i] = fa_exp_under(s[i], under);
         *l += s[i];
     }
     #pragma unroll
