@@ -39,14 +39,8 @@ FCL_INLINE void fa_dnv_load8(float *x, __global const void *src, uint dtype, ulo
         x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
         return;
     }
-    const uint4 w = live ? ((__global const uint4 *)src)[at / 8] : (uint4)(0);
-    const uint words[4] = {w.x, w.y, w.z, w.w};
-    #pragma unroll
-    for (uint i = 0; i < 4; i++) {
-        const float2 f = dtype == FCL_DTYPE_F16 ? fcl_nv_halves_f16(words[i]) : fcl_nv_halves_bf16(words[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
+    fcl_nv_unpack8(x, live ? ((__global const uint4 *)src)[at / 8] : (uint4)(0),
+                   dtype == FCL_DTYPE_BF16);
 }
 #endif /* FA_DNV_HELPERS */
 

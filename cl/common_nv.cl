@@ -28,6 +28,17 @@ FCL_INLINE float2 fcl_nv_halves_bf16(uint w)
     return (float2)(as_float(w << 16), as_float(w & 0xffff0000u));
 }
 
+/* The eight 16-bit values of w (16 bytes) as floats: bfloat16 where bf16, else float16. */
+FCL_INLINE void fcl_nv_unpack8(float *x, uint4 w, int bf16)
+{
+    const uint words[4] = {w.x, w.y, w.z, w.w};
+    #pragma unroll
+    for (uint k = 0; k < 4; k++) {
+        const float2 f = bf16 ? fcl_nv_halves_bf16(words[k]) : fcl_nv_halves_f16(words[k]);
+        x[2 * k] = f.x, x[2 * k + 1] = f.y;
+    }
+}
+
 /* Two floats rounded to the storage type (to nearest even; a NaN stays a NaN) in one word,
  * lo in the low half. */
 FCL_INLINE uint fcl_nv_pack_f16(float lo, float hi)

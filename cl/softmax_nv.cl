@@ -32,24 +32,12 @@ FCL_INLINE void snv_load_f32(float *x, __global const float *row, uint i)
 
 FCL_INLINE void snv_load_f16(float *x, __global const half *row, uint i)
 {
-    const uint4 w = ((__global const uint4 *)row)[i];
-    const uint words[4] = {w.x, w.y, w.z, w.w};
-    #pragma unroll
-    for (uint k = 0; k < 4; k++) {
-        const float2 f = fcl_nv_halves_f16(words[k]);
-        x[2 * k] = f.x, x[2 * k + 1] = f.y;
-    }
+    fcl_nv_unpack8(x, ((__global const uint4 *)row)[i], 0);
 }
 
 FCL_INLINE void snv_load_bf16(float *x, __global const ushort *row, uint i)
 {
-    const uint4 w = ((__global const uint4 *)row)[i];
-    const uint words[4] = {w.x, w.y, w.z, w.w};
-    #pragma unroll
-    for (uint k = 0; k < 4; k++) {
-        const float2 f = fcl_nv_halves_bf16(words[k]);
-        x[2 * k] = f.x, x[2 * k + 1] = f.y;
-    }
+    fcl_nv_unpack8(x, ((__global const uint4 *)row)[i], 1);
 }
 
 /* x[0 .. vw) rounded to the storage type into the 16-byte vector i of a row. */
