@@ -263,7 +263,7 @@ __kernel __attribute__((reqd_work_group_size(SM_NV_LWS, 1, 1))) void
 FCL_CAT(softmax_nv_online, FCL_DT)(SM_ROW_ARGS)
 {
     __local float2 warp_states[2][SM_NV_LWS / 32];
-    const uint row_vecs = (uint)cols / SNV_VW;
+    const uint row_vecs = (uint)(cols / SNV_VW);
     uint parity = 0;
     for (ulong r = get_group_id(0); r < rows; r += get_num_groups(0), parity ^= 1) {
         __global const SNV_T *in_row = in + r * in_stride;

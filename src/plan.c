@@ -222,12 +222,13 @@ size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build)
 }
 
 /* Whether NVIDIA's softmax kernels take d: they are built, and d's rows are 16-byte vectors
- * starting at multiples of 16 bytes (vector indices in 32 bits). */
+ * starting at multiples of 16 bytes (vector indices, and a batch's reach past them, in 32
+ * bits). */
 static int nv_takes(const fcl_device_info *info, const fcl_softmax_desc *d)
 {
     const size_t vector = 16 / fcl_dtype_size(d->dtype);
     return info->softmax_nv_cols && d->cols % vector == 0 && d->in_stride % vector == 0 &&
-           d->out_stride % vector == 0 && d->cols / vector <= UINT32_MAX;
+           d->out_stride % vector == 0 && d->cols / vector <= UINT32_MAX / 2;
 }
 
 /* FUSED on NVIDIA's softmax_nv for d, up to softmax_nv_cols elements a row: its build (the

@@ -1,7 +1,8 @@
 /* The vendor fast paths against the portable path and the float64 reference, on the device
  * the tests run on: NVIDIA's prefill on the tensor cores (FCL_ATTENTION_PATH_MMA,
- * cl/attention_mma_nv.cl), GQA decoding as rows of a kv head on the same kernel, and decode
- * by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV, cl/attention_decode_nv.cl). Each call runs twice, on the test context (the fast path where
+ * cl/attention_mma_nv.cl), GQA decoding as rows of a kv head on the same kernel, decode by
+ * warp shuffles (FCL_ATTENTION_PATH_DECODE_NV, cl/attention_decode_nv.cl) and softmax
+ * (cl/softmax_nv.cl). Each call runs twice, on the test context (the fast path where
  * the device has it) and on a context with them switched off (FLASHCL_TUNE=attention_mma=0):
  * both must match the reference, and each other. Elsewhere the same calls check that the
  * paths are off and say why. */
