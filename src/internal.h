@@ -178,9 +178,9 @@ typedef struct fcl_tuning {
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
  * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64,
- * attention_tile=BQxBK)
- * applied; NULL or "" changes nothing. A bad override is
- * FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or the thread if NULL). */
+ * attention_tile=BQxBK, attention_mma=0|1, softmax_nv=0|1) applied; NULL or "" changes
+ * nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or
+ * the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
                           fcl_tuning *t);
 /* Work-group size for the row kernels: the wanted size within the device's and (after the
