@@ -214,8 +214,8 @@ static size_t block_lanes(const fcl_device_info *info, size_t cols)
 
 /* Measured on the H100 (docs/PERFORMANCE.md): 8 vectors a work-item (128 bytes) keep 94-97% of
  * the copy's speed from 128 to 8192 float32 and 16384 16-bit elements a row, 4 a little less
- * past 1024, 16 spill half rows (255 registers) but hold 16384 float32 at 90% (177). NVIDIA's
- * driver allows this kernel groups of 256 only (also at 54 registers). */
+ * past 1024; 16 spill in the 16-bit types (255 registers) but hold 16384 float32 at 90% (177
+ * registers). NVIDIA's driver allows this kernel groups of 256 only (also at 54 registers). */
 size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build)
 {
     return build == 0 ? SM_NV_VECS : t == FCL_DTYPE_F32 ? 2 * SM_NV_VECS : 0;
