@@ -219,7 +219,7 @@ static fcl_status build_from_source(fcl_context *ctx, const char *options, const
 }
 
 /* *program built from source (the caller's, freed here), from the cache when it holds a
- * valid binary; *from_cache says which. */
+ * valid binary; *from_cache (where not NULL) says which. */
 static fcl_status load_or_build(fcl_context *ctx, char *source, const build_setup *setup,
                                 cl_program *program, int *from_cache)
 {
@@ -232,16 +232,16 @@ static fcl_status load_or_build(fcl_context *ctx, char *source, const build_setu
     int use_cache = cache_dir && (identity = fcl_cache_identity(&ctx->info, setup->options, source)) &&
                     fcl_cache_path(path, sizeof path, cache_dir, identity) == 0;
 
-    *from_cache = 0;
     if (use_cache) {
         size_t len = 0;
         unsigned char *binary = fcl_cache_load(path, identity, &len);
         if (binary) {
             *program = build_from_binary(ctx, setup->options, binary, len);
-            *from_cache = *program != NULL;
             free(binary);
         }
     }
+    if (from_cache)
+        *from_cache = *program != NULL;
     s = FCL_SUCCESS;
     if (!*program) {
         s = build_from_source(ctx, setup->options, source, program);
@@ -593,12 +593,12 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
 {
     char *because = ctx->info.attention_mma_because;
     const size_t cap = sizeof ctx->info.attention_mma_because;
-    int from_cache, fits = 1;
+    int fits = 1;
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
-    fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, &from_cache);
+    fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, NULL);
     for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
         for (int i = 0; i < 2 && s == FCL_SUCCESS && fits; i++) {
             char name[40];
