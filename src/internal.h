@@ -231,6 +231,11 @@ size_t fcl_attention_tile_items_q(size_t work_group_size);
 void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                              size_t max_accumulators, size_t work_group_limit,
                              struct fcl_attention_tile *tile);
+/* Every bucket's tile before the build (tiles[FCL_ATTENTION_BUCKETS]): the tuning's tile, or
+ * the largest that fits, or the rows kernel where the tuning prefers it; with the rows
+ * kernel's queries per work-item. */
+void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
+                              struct fcl_attention_tile *tiles);
 /* Whether to build the tensor-core path (cl/attention_mma_nv.cl) for this device: 1, or 0
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,

@@ -486,6 +486,28 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                  max_accumulators);
 }
 
+void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
+                              struct fcl_attention_tile *tiles)
+{
+    size_t group_limit = fcl_plan_work_group_size(info, info->max_work_group_size);
+    if (tuning->attention_group && tuning->attention_group < group_limit)
+        group_limit = tuning->attention_group; /* FLASHCL_TUNE: the smaller groups elsewhere */
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        struct fcl_attention_tile *tile = &tiles[b];
+        const int forced = tuning->attention_tile;
+        /* FLASHCL_TUNE's tile as given where it fits (for tuning beyond the register rule),
+         * else the next that fits. */
+        fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
+                                forced < 0 ? tuning->attention_accumulators : (size_t)-1,
+                                group_limit, tile);
+        if (tuning->attention_rows) {
+            memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
+            tile->max_head_dim = fcl_attention_bucket_dim(b);
+        }
+        tile->rows_block_q = fcl_plan_rows_block_q(info, b, tuning->vector_width);
+    }
+}
+
 /* Query heads of one kv head a decode work-group takes together, so that it reads their K
  * and V once: the most, up to FA_DEC_HEADS, that divide the GQA group. */
 static size_t decode_heads_step(const fcl_attention_desc *d)

@@ -671,23 +671,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
     plan.force_inline = tuning->force_inline;
-    size_t group_limit = fcl_plan_work_group_size(info, info->max_work_group_size);
-    if (tuning->attention_group && tuning->attention_group < group_limit)
-        group_limit = tuning->attention_group; /* FLASHCL_TUNE: the smaller groups elsewhere */
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        struct fcl_attention_tile *tile = &plan.tile[b];
-        const int forced = tuning->attention_tile;
-        /* FLASHCL_TUNE's tile as given where it fits (for tuning beyond the register rule),
-         * else the next that fits. */
-        fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
-                                forced < 0 ? plan.attention_accumulators : (size_t)-1,
-                                group_limit, tile);
-        if (tuning->attention_rows) {
-            memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
-            tile->max_head_dim = fcl_attention_bucket_dim(b);
-        }
-        tile->rows_block_q = fcl_plan_rows_block_q(info, b, plan.vector_width);
-    }
+    fcl_plan_attention_tiles(info, tuning, plan.tile);
     return plan;
 }
 
