@@ -221,12 +221,15 @@ size_t fcl_plan_softmax_nv_vecs(fcl_dtype t, int build)
     return build == 0 ? SM_NV_VECS : t == FCL_DTYPE_F32 ? 2 * SM_NV_VECS : 0;
 }
 
+/* Elements of storage type t in one of NVIDIA's softmax vectors (16 bytes). */
+static size_t nv_vector(fcl_dtype t) { return 16 / fcl_dtype_size(t); }
+
 /* Whether NVIDIA's softmax kernels take d: they are built, and d's rows are 16-byte vectors
  * starting at multiples of 16 bytes (vector indices, and a batch's reach past them, in 32
  * bits). */
 static int nv_takes(const fcl_device_info *info, const fcl_softmax_desc *d)
 {
-    const size_t vector = 16 / fcl_dtype_size(d->dtype);
+    const size_t vector = nv_vector(d->dtype);
     return info->softmax_nv_cols && d->cols % vector == 0 && d->in_stride % vector == 0 &&
            d->out_stride % vector == 0 && d->cols / vector <= UINT32_MAX / 2;
 }
@@ -236,7 +239,7 @@ static int nv_takes(const fcl_device_info *info, const fcl_softmax_desc *d)
  * more than the row's vectors, as the kernel needs). Returns 0 where it does not take d. */
 static int nv_fused_build(const fcl_device_info *info, const fcl_softmax_desc *d, size_t *lanes)
 {
-    const size_t vector = 16 / fcl_dtype_size(d->dtype), vectors = d->cols / vector;
+    const size_t vectors = d->cols / nv_vector(d->dtype);
     if (!nv_takes(info, d) || d->cols > info->softmax_nv_cols)
         return 0;
     int build = 0;
@@ -350,8 +353,8 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
         size_t slices = split_slices(info, d, lws, d->algo == FCL_SOFTMAX_SPLIT);
         launch->slice_cols = ceil_div(d->cols, slices);
         if (launch->nv_stream) /* slices of whole 16-byte vectors */
-            launch->slice_cols = ceil_div(launch->slice_cols, 16 / fcl_dtype_size(d->dtype)) *
-                                 (16 / fcl_dtype_size(d->dtype));
+            launch->slice_cols =
+                ceil_div(launch->slice_cols, nv_vector(d->dtype)) * nv_vector(d->dtype);
         launch->slices = ceil_div(d->cols, launch->slice_cols); /* no empty slice */
     }
     launch->groups = min_size(d->rows * launch->slices, max_groups ? max_groups : 1);
