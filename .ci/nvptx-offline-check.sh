@@ -19,12 +19,16 @@ if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cp
   exit 1
 fi
 status=0
-kernels="attention_mma_d64_f16 attention_mma_d64_bf16 attention_mma_d128_f16 attention_mma_d128_bf16
-  attention_mma_rows_d64_f16 attention_mma_rows_d64_bf16 attention_mma_rows_d128_f16 attention_mma_rows_d128_bf16
-  attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
+kernels="attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
   softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check"
 for t in f32 f16 bf16; do
   kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
+done
+for d in 64 128; do
+  kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32"
+  for t in f16 bf16; do
+    kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
+  done
 done
 for k in $kernels; do
   grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }
@@ -38,5 +42,10 @@ fi
 # builds; and 2 in the self-check (a loop the compiler did not unroll would leave fewer).
 mmas=$(grep -c "mma.sync.aligned.m16n8k16" "$tmp/mma.ptx")
 [ "$mmas" -ge $((4 * (64 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 770 or more" >&2; status=1; }
-echo "nvptx-offline-check: $(echo $kernels | wc -w) kernels, $mmas mma.sync, no local-memory frame"
+# Float32 storage, 8 columns a product: (keys/8) x (D/8) x 2 products a tile, 128 at both
+# head dims (64 keys at 64, 32 at 128), times 3 for 3xTF32 and 1 for TF32, in the prefill
+# builds of both buckets; and 1 in the self-check.
+tf32=$(grep -c "mma.sync.aligned.m16n8k8.row.col.f32.tf32" "$tmp/mma.ptx")
+[ "$tf32" -ge $((2 * 128 * 3 + 2 * 128 + 1)) ] || { echo "nvptx-offline-check: $tf32 TF32 mma.sync, want 1025 or more" >&2; status=1; }
+echo "nvptx-offline-check: $(echo $kernels | wc -w) kernels, $mmas + $tf32 mma.sync, no local-memory frame"
 exit "$status"

@@ -81,7 +81,6 @@
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
 #define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */
-#define FA_MMA_BK 64           /* tensor-core kernel (attention_mma_nv.cl): keys a tile */
 #define FA_DNV_LWS 128         /* NVIDIA decode kernel (attention_decode_nv.cl): work-items */
 #define FA_DNV_KC 8            /* ... keys a row of lanes takes at once */
 /* ... keys a work-group takes a step: a row of head_dim / 8 lanes a key */

@@ -1,16 +1,20 @@
 /* Attention on NVIDIA's tensor cores (compute capability 8.0 and later), through inline PTX:
  * FlashAttention-2's forward kernel in OpenCL C. A vendor fast path: the planner builds this
  * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the
- * mma fragment layout (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
- * (f16 or bf16 q, k and v with rows at multiples of 8 elements, head dims up to 128, multiples
- * of 8); the portable kernels (attention_tile.cl) are its reference and serve everything else.
+ * mma fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
+ * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 128,
+ * multiples of 8); the portable kernels (attention_tile.cl) are its reference and serve
+ * everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
- * head-dim bucket and storage type, with
+ * head-dim bucket and product type, with
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
  *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
- *   FA_MMA_T    the storage type's name in PTX: f16 or bf16
- *   FA_MMA_WARPS warps a work-group, and FA_MMA_MT tiles of 16 query rows a warp (by head
- *               dim: src/plan.c, fcl_plan_mma_warps and fcl_plan_mma_row_tiles)
+ *   FA_MMA_T    the products' type in PTX: f16 or bf16 (16-bit storage, m16n8k16), or tf32
+ *               (float32 storage, m16n8k8)
+ *   FA_MMA_SPLIT with tf32: 1 for float32 accuracy by 3xTF32 (FCL_PRECISION_F32), 0 for one
+ *               TF32 product (FCL_PRECISION_TF32)
+ *   FA_MMA_WARPS warps a work-group, FA_MMA_MT tiles of 16 query rows a warp and FA_MMA_BK
+ *               keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
  *   FA_FEATURES the features compiled in (attention_args.h)
  *
  * A work-group of FA_MMA_WARPS warps owns FA_MMA_BQ query rows of one (batch, head), 16
@@ -18,18 +22,15 @@
  * K and V fragment it reads then feeds FA_MMA_MT products); K and V tiles of
  * FA_MMA_BK keys are copied into local memory by cp.async (the V tile while the scores of
  * the K tile are computed, the next K tile while the V tile is used); S = q K^T and O += P V
- * are m16n8k16 mma.sync with float32 accumulators; the online softmax (m, l) of each row runs
+ * are mma.sync with float32 accumulators; the online softmax (m, l) of each row runs
  * in the registers of the 4 lanes that hold the row, reduced by shfl.sync; P is rounded to the
- * storage type for the second product, as FlashAttention-2 does. Fragment layouts: PTX ISA,
- * "Matrix Fragments for mma.m16n8k16": lane = 4 g + t holds rows g and g + 8, columns 2t and
- * 2t + 1 (and 2t + 8, 2t + 9 of A).
+ * storage type for the second product, as FlashAttention-2 does (float32 storage: split as q,
+ * k and v are). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16" and
+ * "mma.m16n8k8": lane = 4 g + t holds rows g and g + 8 of the accumulators, columns 2t and
+ * 2t + 1, whatever the type.
  */
 #ifndef FA_MMA_HELPERS
 #define FA_MMA_HELPERS
-
-/* Halves per local row: rows start 16 bytes apart (ldmatrix and cp.async need it), and the
- * 8 rows a fragment load touches fall 4 banks apart, in 32 different banks. */
-#define FA_MMA_ROW(d) ((d) + 8)
 
 FCL_INLINE uint fa_mma_local_address(__local const void *p)
 {
@@ -85,6 +86,37 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
 FA_MMA_DEFINE(f16)
 FA_MMA_DEFINE(bf16)
 #undef FA_MMA_DEFINE
+
+/* d += a b for one 16x8 A fragment and one 8x8 B fragment (b0, b1) of TF32 values. */
+FCL_INLINE void fa_mma_tf32(float *d, const float *a, float b0, float b1)
+{
+    __asm__ volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(as_uint(a[0])), "r"(as_uint(a[1])), "r"(as_uint(a[2])), "r"(as_uint(a[3])),
+                       "r"(as_uint(b0)), "r"(as_uint(b1)));
+}
+
+/* x cut to TF32 (its sign, exponent and first 10 mantissa bits: what the tensor cores read),
+ * toward zero, so that no finite x becomes infinite. */
+FCL_INLINE float fa_tf32_big(float x) { return as_float(as_uint(x) & 0xffffe000u); }
+
+/* What fa_tf32_big(x) = big drops, itself cut to TF32: big + small is x within 2^-20 |x|
+ * (the 3xTF32 split). An infinite x has a NaN small part (inf - inf), so that every product
+ * it enters is NaN: keeping it infinite instead (a test and a select a value) cost 14-17% of
+ * the kernel's time on the H100, where the splits, not the tensor cores, set the pace. */
+FCL_INLINE float fa_tf32_small(float x, float big) { return fa_tf32_big(x - big); }
+
+/* d += a b in float32 by three TF32 products: the big parts' product and each big part times
+ * the other's small part, the small terms first (the small parts' product, below 2^-20 of
+ * the whole, is left out). a: the A fragment's big parts and small parts, b0, b1 as float32. */
+FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small, float b0, float b1)
+{
+    const float b0_big = fa_tf32_big(b0), b1_big = fa_tf32_big(b1);
+    fa_mma_tf32(d, a_small, b0_big, b1_big);
+    fa_mma_tf32(d, a_big, fa_tf32_small(b0, b0_big), fa_tf32_small(b1, b1_big));
+    fa_mma_tf32(d, a_big, b0_big, b1_big);
+}
 #endif /* FA_MMA_HELPERS */
 
 #define FA_MMA_ROWS (2 * FA_MMA_MT)    /* query rows a lane holds */
@@ -96,9 +128,28 @@ FA_MMA_DEFINE(bf16)
 #define FA_MMA_ROW_OF(x) ((x) / (FA_MMA_NKEYS * 4) * 2 + (x) % 4 / 2)
 #define FA_MMA_KEY(x) (k0 + (x) / 4 % FA_MMA_NKEYS * 8 + 2 * t + (x) % 2)
 #define FA_MMA_BQ (FA_MMA_WARPS * 16 * FA_MMA_MT) /* queries a work-group */
-#define FA_MMA_KSTEPS (FA_D / 16) /* 16-column steps of q.k */
 #define FA_MMA_NKEYS (FA_MMA_BK / 8)  /* 8-key blocks of a score tile */
 #define FA_MMA_NDIMS (FA_D / 8)   /* 8-column blocks of the output */
+
+/* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
+ * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
+#if FA_MMA_F32
+#define FA_MMA_ELEM float /* storage element */
+#define FA_MMA_QWORD float /* a register of q's A fragments: one float32 value */
+#define FA_MMA_KDIMS 8
+/* Floats per local row: rows 16 bytes apart (cp.async), and a fragment load's 32 lanes in 32
+ * banks: K's (row g, column t) at bank 4 g + t, V's (row 2 t, column g) at 8 t + g. */
+#define FA_MMA_ROW(d) ((d) + 4)
+#else
+#define FA_MMA_ELEM ushort
+#define FA_MMA_QWORD uint /* two 16-bit values */
+#define FA_MMA_KDIMS 16
+/* Halves per local row: rows start 16 bytes apart (ldmatrix and cp.async need it), and the
+ * 8 rows a fragment load touches fall 4 banks apart, in 32 different banks. */
+#define FA_MMA_ROW(d) ((d) + 8)
+#endif
+#define FA_MMA_KSTEPS (FA_D / FA_MMA_KDIMS) /* products along q.k */
+#define FA_MMA_CHUNK (16 / (uint)sizeof(FA_MMA_ELEM)) /* elements a 16-byte copy moves */
 
 /* Where rows [k0, k0 + FA_MMA_BK) of K and V start (k0 < end; rows past end repeat row k0),
  * for the tile copies: one lookup a key for both (a block-table load where paged), made once
@@ -119,30 +170,179 @@ FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local 
 
 /* Copies rows [k0, k0 + FA_MMA_BK) of a K or V tensor (row t at src + row_at[t]) into tile,
  * 16 bytes a copy; rows past end and columns past dim become zeros. */
-FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
-                                                  __global const ushort *src,
+FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local FA_MMA_ELEM (*tile)[FA_MMA_ROW(FA_D)],
+                                                  __global const FA_MMA_ELEM *src,
                                                   __local const ulong *row_at, ulong k0,
                                                   ulong end, uint dim)
 {
-    for (uint c = get_local_id(0); c < FA_MMA_BK * (FA_D / 8); c += FA_MMA_WARPS * 32) {
-        const uint row = c / (FA_D / 8), col = c % (FA_D / 8) * 8;
+    for (uint c = get_local_id(0); c < FA_MMA_BK * (FA_D / FA_MMA_CHUNK); c += FA_MMA_WARPS * 32) {
+        const uint row = c / (FA_D / FA_MMA_CHUNK), col = c % (FA_D / FA_MMA_CHUNK) * FA_MMA_CHUNK;
         const int inside = k0 + row < end && col < dim;
-        __global const ushort *from = inside ? src + row_at[row] + col : src;
+        __global const FA_MMA_ELEM *from = inside ? src + row_at[row] + col : src;
         fa_mma_copy16(&tile[row][col], from, inside ? 16 : 0);
     }
 }
+
+#if FA_MMA_F32
+/* q's A fragments of one row (r % 2: the fragment's row g or g + 8) straight from global
+ * memory (read once; columns past dim are zeros): (g, 8 ks + t) and (g, 8 ks + t + 4). */
+FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(float (*qf)[4], __global const float *row,
+                                              uint r, uint t, uint dim)
+{
+    #pragma unroll
+    for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
+        const uint d = ks * 8 + t;
+        qf[ks][r % 2] = d < dim ? row[d] : 0.0f;
+        qf[ks][2 + r % 2] = d + 4 < dim ? row[d + 4] : 0.0f;
+    }
+}
+
+/* a's TF32 parts (big, and with FA_MMA_SPLIT small) for fa_mma_f32. */
+FCL_INLINE void FCL_CAT(fa_mma_split4, FA_NAME)(const float *a, float *big, float *small)
+{
+    #pragma unroll
+    for (uint e = 0; e < 4; e++) {
+        big[e] = fa_tf32_big(a[e]);
+        small[e] = FA_MMA_SPLIT ? fa_tf32_small(a[e], big[e]) : 0.0f;
+    }
+}
+
+/* d += a b: 3xTF32 (float32's accuracy) with FA_MMA_SPLIT, else one TF32 product. */
+FCL_INLINE void FCL_CAT(fa_mma_f32, FA_NAME)(float *d, const float *a_big, const float *a_small, float b0, float b1)
+{
+#if FA_MMA_SPLIT
+    fa_mma_3xtf32(d, a_big, a_small, b0, b1);
+#else
+    fa_mma_tf32(d, a_big, fa_tf32_big(b0), fa_tf32_big(b1));
+#endif
+}
+
+/* s = q K^T over the tile: for each 8 columns of q.k, q's fragments are split once and each
+ * K fragment (key 8 j + g, columns 8 ks + t and + 4) feeds every row tile. */
+FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
+                                               float (*qf)[FA_MMA_KSTEPS][4],
+                                               __local const float (*k_tile)[FA_MMA_ROW(FA_D)],
+                                               uint g, uint t)
+{
+    #pragma unroll
+    for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
+        float big[FA_MMA_MT][4], small[FA_MMA_MT][4];
+        #pragma unroll
+        for (uint mt = 0; mt < FA_MMA_MT; mt++)
+            FCL_CAT(fa_mma_split4, FA_NAME)(qf[mt][ks], big[mt], small[mt]);
+        #pragma unroll
+        for (uint j = 0; j < FA_MMA_NKEYS; j++) {
+            const float b0 = k_tile[j * 8 + g][ks * 8 + t], b1 = k_tile[j * 8 + g][ks * 8 + t + 4];
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++)
+                FCL_CAT(fa_mma_f32, FA_NAME)(s[mt][j], big[mt], small[mt], b0, b1);
+        }
+    }
+}
+
+/* o += p V over the tile, 8 keys a product. The accumulators hold keys 2t and 2t + 1 of each
+ * 8-key block where an A fragment wants columns t and t + 4: the product's column c stands
+ * for key 2c (c < 4) and 2(c - 4) + 1, on both sides, so V's B fragment takes rows 2t and
+ * 2t + 1 (column g) and no lane exchanges scores. */
+FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
+                                                   float (*s)[FA_MMA_NKEYS][4],
+                                                   __local const float (*v_tile)[FA_MMA_ROW(FA_D)],
+                                                   uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint j = 0; j < FA_MMA_NKEYS; j++) {
+        float big[FA_MMA_MT][4], small[FA_MMA_MT][4];
+        #pragma unroll
+        for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+            const float a[4] = {s[mt][j][0], s[mt][j][2], s[mt][j][1], s[mt][j][3]};
+            FCL_CAT(fa_mma_split4, FA_NAME)(a, big[mt], small[mt]);
+        }
+        #pragma unroll
+        for (uint n = 0; n < FA_MMA_NDIMS; n++) {
+            const float b0 = v_tile[j * 8 + 2 * t][n * 8 + g], b1 = v_tile[j * 8 + 2 * t + 1][n * 8 + g];
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++)
+                FCL_CAT(fa_mma_f32, FA_NAME)(o[mt][n], big[mt], small[mt], b0, b1);
+        }
+    }
+}
+#else
+/* q's A fragments of one row (r % 2: the fragment's row g or g + 8) straight from global
+ * memory (read once; columns past dim are zeros): pairs (g, 16 ks + 2t) and (g, 16 ks + 2t + 8). */
+FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ushort *row,
+                                              uint r, uint t, uint dim)
+{
+    #pragma unroll
+    for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
+        qf[ks][r % 2] = fa_mma_global_pair(row, ks * 16 + 2 * t, dim);
+        qf[ks][2 + r % 2] = fa_mma_global_pair(row, ks * 16 + 8 + 2 * t, dim);
+    }
+}
+
+/* s = q K^T over the tile: each K fragment read from local memory feeds every row tile. */
+FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
+                                               uint (*qf)[FA_MMA_KSTEPS][4],
+                                               __local const ushort (*k_tile)[FA_MMA_ROW(FA_D)],
+                                               uint g, uint t)
+{
+    #pragma unroll
+    for (uint j = 0; j < FA_MMA_NKEYS; j++)
+        #pragma unroll
+        for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
+            const uint b0 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 2 * t]);
+            const uint b1 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 8 + 2 * t]);
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++)
+                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b0, b1);
+        }
+}
+
+/* o += p V over the tile, 16 keys a step: the score fragments of two 8-key blocks, rounded
+ * to the storage type, are the A fragment of p; ldmatrix.trans gives V's B fragments for 16
+ * output columns, each fed to every row tile. */
+FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
+                                                   float (*s)[FA_MMA_NKEYS][4],
+                                                   __local const ushort (*v_tile)[FA_MMA_ROW(FA_D)],
+                                                   uint lane)
+{
+    #pragma unroll
+    for (uint kk = 0; kk < FA_MMA_BK / 16; kk++) {
+        uint pf[FA_MMA_MT][4];
+        #pragma unroll
+        for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+            pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+        const uint matrix = lane / 8;
+        #pragma unroll
+        for (uint n2 = 0; n2 < FA_MMA_NDIMS / 2; n2++) {
+            uint b0, b1, b2, b3;
+            fa_mma_load_transposed(&v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8],
+                                   &b0, &b1, &b2, &b3);
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
+                FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
+            }
+        }
+    }
+}
+#endif
 
 __kernel __attribute__((reqd_work_group_size(FA_MMA_WARPS * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;
-    __local ushort k_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
-    __local ushort v_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
+    __local FA_MMA_ELEM k_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
+    __local FA_MMA_ELEM v_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
     __local ulong k_at[FA_MMA_BK], v_at[FA_MMA_BK]; /* the tile's rows (fa_mma_tile_rows) */
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
-    __global const ushort *q_all = (__global const ushort *)io->q;
-    __global const ushort *k_all = (__global const ushort *)io->k;
-    __global const ushort *v_all = (__global const ushort *)io->v;
+    __global const FA_MMA_ELEM *q_all = (__global const FA_MMA_ELEM *)io->q;
+    __global const FA_MMA_ELEM *k_all = (__global const FA_MMA_ELEM *)io->k;
+    __global const FA_MMA_ELEM *v_all = (__global const FA_MMA_ELEM *)io->v;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
@@ -167,17 +367,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
 
         /* q as A fragments, straight from global memory (read once). */
-        uint qf[FA_MMA_MT][FA_MMA_KSTEPS][4];
+        FA_MMA_QWORD qf[FA_MMA_MT][FA_MMA_KSTEPS][4];
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
             const int inside = qi[r] < w.s.len_q;
-            __global const ushort *row = q_all + (inside ? fa_row(p, io, &w.s.q, qi[r]) : 0);
-            const uint dim = inside ? (uint)p->head_dim : 0;
-            #pragma unroll
-            for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
-                qf[r / 2][ks][r % 2] = fa_mma_global_pair(row, ks * 16 + 2 * t, dim);
-                qf[r / 2][ks][2 + r % 2] = fa_mma_global_pair(row, ks * 16 + 8 + 2 * t, dim);
-            }
+            FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + (inside ? fa_row(p, io, &w.s.q, qi[r]) : 0),
+                                           r, t, inside ? (uint)p->head_dim : 0);
         }
         float m[FA_MMA_ROWS], l[FA_MMA_ROWS]; /* l: this lane's part of the row's sum */
         float o[FA_MMA_MT][FA_MMA_NDIMS][4];
@@ -199,23 +394,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                                                (uint)p->head_dim_v);
             fa_mma_copies_commit();
 
-            /* S = q K^T: each K fragment read from local memory feeds every row tile. */
             float s[FA_MMA_MT][FA_MMA_NKEYS][4];
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++)
                 #pragma unroll
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-            #pragma unroll
-            for (uint j = 0; j < FA_MMA_NKEYS; j++)
-                #pragma unroll
-                for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
-                    const uint b0 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 2 * t]);
-                    const uint b1 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 8 + 2 * t]);
-                    #pragma unroll
-                    for (uint mt = 0; mt < FA_MMA_MT; mt++)
-                        FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b0, b1);
-                }
+            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, k_tile, g, t);
 
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* V tile in; every warp is done with the K tile */
@@ -293,33 +478,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 4; e++)
                         o[mt][n][e] *= alpha[2 * mt + e / 2];
 
-            /* O += P V, 16 keys a step: the score fragments of two 8-key blocks are the A
-             * fragment of P; ldmatrix.trans gives V's B fragments for 16 output columns,
-             * each fed to every row tile. */
-            #pragma unroll
-            for (uint kk = 0; kk < FA_MMA_BK / 16; kk++) {
-                uint pf[FA_MMA_MT][4];
-                #pragma unroll
-                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                    pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
-                const uint matrix = lane / 8;
-                #pragma unroll
-                for (uint n2 = 0; n2 < FA_MMA_NDIMS / 2; n2++) {
-                    uint b0, b1, b2, b3;
-                    fa_mma_load_transposed(&v_tile[kk * 16 + matrix % 2 * 8 + lane % 8]
-                                                  [n2 * 16 + matrix / 2 * 8],
-                                           &b0, &b1, &b2, &b3);
-                    #pragma unroll
-                    for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                        FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
-                        FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
-                    }
-                }
-            }
+            FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, v_tile, lane);
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
 
@@ -351,3 +510,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_KSTEPS
 #undef FA_MMA_NKEYS
 #undef FA_MMA_NDIMS
+#undef FA_MMA_ELEM
+#undef FA_MMA_QWORD
+#undef FA_MMA_KDIMS
+#undef FA_MMA_ROW
+#undef FA_MMA_CHUNK

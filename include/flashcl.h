@@ -286,6 +286,18 @@ typedef struct fcl_tensor_view {
 
 #define FCL_WINDOW_UNBOUNDED SIZE_MAX
 
+/* The arithmetic of q.k and p.v for float32 storage. FCL_PRECISION_F32 (the default): float32
+ * accuracy everywhere (NMSE within 1e-8 of a float64 reference); on NVIDIA's tensor cores by
+ * 3xTF32, each float32 split into two TF32 parts and three products, where an infinite
+ * element of q, k or v makes the scores or outputs it enters NaN (float32: +-inf).
+ * FCL_PRECISION_TF32: where the tensor cores run the call, one product of TF32 values
+ * (float32 cut to 10 mantissa bits, as float16's: NMSE about 3e-6 on unit-variance inputs),
+ * 1.6-1.9x as fast on the H100; elsewhere float32 as above. Half storage types ignore it. */
+typedef enum fcl_precision {
+    FCL_PRECISION_F32 = 0,
+    FCL_PRECISION_TF32 = 1
+} fcl_precision;
+
 typedef struct fcl_attention_desc {
     size_t batch, heads_q;
     size_t heads_kv; /* 0 = heads_q; must divide heads_q (GQA, MQA) */
@@ -325,6 +337,7 @@ typedef struct fcl_attention_desc {
      * on that side; Mistral's window W is window_left = W - 1 with causal). */
     int window;
     size_t window_left, window_right;
+    fcl_precision precision; /* float32 storage's arithmetic (FCL_PRECISION_F32: float32) */
 } fcl_attention_desc;
 
 /* out[b,h,i,:] = sum_j softmax_j(s_ij) v_j, with kv head h / (heads_q / heads_kv) and
@@ -401,8 +414,9 @@ typedef enum fcl_attention_path {
     FCL_ATTENTION_PATH_DECODE = 1, /* one query per work-group (len_q <= 4 on GPUs) */
     FCL_ATTENTION_PATH_ROWS = 2,   /* a block of queries per work-item (CPUs, and any device
                                       whose local memory holds no tile for the head dims) */
-    FCL_ATTENTION_PATH_MMA = 3,    /* NVIDIA tensor cores (fcl_device_info.attention_mma): f16
-                                      or bf16 q, k and v, head dims up to 128 and multiples of
+    FCL_ATTENTION_PATH_MMA = 3,    /* NVIDIA tensor cores (fcl_device_info.attention_mma): q,
+                                      k and v of one storage type (float32 by 3xTF32, or TF32
+                                      with FCL_PRECISION_TF32), head dims up to 128 and multiples of
                                       8, every row of q, k and v starting at a multiple of 8
                                       elements, len_q above 4; or len_q 1 with GQA groups of 2
                                       or more heads, taken as rows of their kv head (no

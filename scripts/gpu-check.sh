@@ -2,7 +2,7 @@
 # The GPU figures and checks of docs/PERFORMANCE.md, on any machine with an OpenCL GPU, its
 # driver, CMake, a C compiler, the OpenCL loader and headers and CMocka: a Release build, the
 # CMocka suite on the GPU, the probe, the demo, flashcl-bench's gpu and engine presets,
-# f16/bf16 prefill and decode and softmax in every storage type, with the NVIDIA kernels and
+# prefill and decode and softmax in every storage type, with the NVIDIA kernels and
 # with them switched off, as JSON.
 # Everything lands in OUT (default: ./gpu-check). FLASHCL_DEVICE picks the device ("gpu" by
 # default); FLASHCL_TUNE, FLASHCL_BUILD_OPTIONS and the like pass through.
@@ -38,13 +38,16 @@ for preset in gpu engine; do
 done
 FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --preset engine --json \
   > "$out/bench-engine-portable.json" || status=1
-# Prefill and (multi-head) decode in f16 and bf16 storage (issue 13's cases), on the NVIDIA
-# kernels where the device has them and with them switched off (the portable kernels).
+# Prefill and (multi-head) decode in every storage type (issue 13's cases), on the NVIDIA
+# kernels where the device has them and with them switched off (the portable kernels); and
+# float32 prefill with FCL_PRECISION_TF32 (--dtype tf32), which only the tensor cores change.
 prefill="--attention 4,16,4096,4096,64 --attention 4,16,4096,4096,64,c --attention 4,16,4096,4096,128
   --attention 4,16,4096,4096,128,c --attention 1,16,16384,16384,64,c"
 decode="--attention 8,32,1,8192,128 --attention 8,32,1,32768,128 --attention 8,32,1,8192,64
   --attention 8,32/8,1,8192,128 --attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16"
-for dtype in f16 bf16; do
+# shellcheck disable=SC2086 # $prefill is a list of options
+build/tools/flashcl-bench --dtype tf32 $prefill --json > "$out/bench-prefill-tf32.json" || status=1
+for dtype in f16 bf16 f32; do
   for kind in prefill decode; do
     eval "cases=\$$kind"
     # shellcheck disable=SC2086 # $cases is a list of options

@@ -187,8 +187,7 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
      * call, and is built wherever the path is). */
     cl_kernel kern = NULL;
     if (l->path == FCL_ATTENTION_PATH_MMA) {
-        kern = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket]
-                                                                        [d->dtype_q - FCL_DTYPE_F16];
+        kern = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket][l->mma_kind];
     } else {
         cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
                              : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]

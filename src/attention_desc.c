@@ -60,6 +60,9 @@ static fcl_status check_options(fcl_context *ctx, fcl_attention_desc *d)
     if ((unsigned)d->causal > FCL_CAUSAL_BOTTOM_RIGHT)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "causal (%u) is not an fcl_causal",
                         (unsigned)d->causal);
+    if ((unsigned)d->precision > FCL_PRECISION_TF32)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "precision (%u) is not an fcl_precision",
+                        (unsigned)d->precision);
     if ((unsigned)d->mask_type > FCL_MASK_ADD_F16)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "mask_type (%u) is not an fcl_mask_type",
                         (unsigned)d->mask_type);

@@ -28,6 +28,10 @@
  * the rows kernel only _all: their other slots stay NULL. */
 enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
 #define FCL_MMA_BUCKETS 2 /* the tensor-core path's head-dim buckets: up to 64 and 128 */
+/* The tensor-core kernels' product types (cl/attention_mma_nv.cl's FA_MMA_T and
+ * FA_MMA_SPLIT): f16 and bf16 storage, float32 storage by 3xTF32 (FCL_PRECISION_F32) and by
+ * one TF32 product (FCL_PRECISION_TF32). */
+enum { FCL_MMA_F16, FCL_MMA_BF16, FCL_MMA_F32, FCL_MMA_TF32, FCL_MMA_KINDS };
 #define FCL_SOFTMAX_NV_BUILDS 2 /* NVIDIA's softmax: SM_NV_VECS vectors a work-item, and twice */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
@@ -51,11 +55,10 @@ struct fcl_context {
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     /* The tensor-core kernels (cl/attention_mma_nv.cl, their own program), per bucket up to
-     * head dims 128 and storage type ([dtype - FCL_DTYPE_F16]: f16, bf16); NULL where not
-     * built. */
+     * head dims 128 and kind (FCL_MMA_F16, ...); NULL where not built. */
     cl_program mma_program;
-    cl_kernel attention_mma[FCL_MMA_BUCKETS][2];
-    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][2]; /* their one-warp builds (gqa_rows) */
+    cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* one-warp builds (gqa_rows) */
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
      * bucket and feature set (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -240,11 +243,19 @@ void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tun
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
                  size_t cap);
-/* Warps of a tensor-core work-group for a head-dim bucket (FA_MMA_WARPS), 16 queries each,
- * in the prefill build or the GQA decoding build (gqa_rows: one warp). */
-size_t fcl_plan_mma_warps(int bucket, int gqa_rows);
-/* ... and its tiles of 16 query rows a warp (FA_MMA_MT). */
-size_t fcl_plan_mma_row_tiles(int bucket, int gqa_rows);
+/* Their kernel name suffixes, by kind. */
+extern const char *const fcl_mma_kind_names[FCL_MMA_KINDS];
+/* The kind that runs d on the tensor cores (q and k of one storage type), else -1. */
+int fcl_plan_mma_kind(const fcl_attention_desc *d);
+/* A tensor-core build's shape: warps a work-group (FA_MMA_WARPS), tiles of 16 query rows a
+ * warp (FA_MMA_MT) and keys a tile (FA_MMA_BK), for a head-dim bucket and kind, in the
+ * prefill build or the GQA decoding build (gqa_rows: one warp). */
+typedef struct fcl_mma_shape {
+    size_t warps, row_tiles, block_kv;
+} fcl_mma_shape;
+fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
+/* Whether the kind has the one-warp build (GQA decoding as rows). */
+int fcl_plan_mma_rows_built(int kind);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
@@ -260,6 +271,7 @@ typedef struct fcl_attention_launch {
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
     int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the one-warp build, GQA decoding as rows */
+    int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
 } fcl_attention_launch;
 

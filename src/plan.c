@@ -728,15 +728,48 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
     return 0;
 }
 
-/* Warps of a tensor-core work-group and tiles of 16 query rows a warp, per bucket. Measured on
- * the H100 (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head dim 64, 4 warps of 2 tiles
- * (161 TFLOP/s; 4 x 1: 151, 2 x 2: 137, 8 x 1: 97), each K and V fragment read from local
- * memory feeding two products; at 128, 8 warps of 1 (175; 4 x 2: 123 and 8 x 2: 139, too
- * many registers; 4 x 1: 131), whose K and V tiles serve 128 queries. GQA decoding's rows (a
- * group's heads, 16 rows at most a tile) take one warp: 6 work-groups an SM, each with its
- * own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at 8K keys, 0.27 with 8 warps). */
-size_t fcl_plan_mma_warps(int bucket, int gqa_rows) { return gqa_rows ? 1 : bucket == 0 ? 4 : 8; }
-size_t fcl_plan_mma_row_tiles(int bucket, int gqa_rows) { return gqa_rows || bucket ? 1 : 2; }
+const char *const fcl_mma_kind_names[FCL_MMA_KINDS] = {"f16", "bf16", "f32", "tf32"};
+
+int fcl_plan_mma_kind(const fcl_attention_desc *d)
+{
+    if (d->dtype_kv != d->dtype_q)
+        return -1;
+    switch (d->dtype_q) {
+    case FCL_DTYPE_F16: return FCL_MMA_F16;
+    case FCL_DTYPE_BF16: return FCL_MMA_BF16;
+    default: return d->precision == FCL_PRECISION_TF32 ? FCL_MMA_TF32 : FCL_MMA_F32;
+    }
+}
+
+/* GQA decoding as rows in float32 stays on the portable decode kernel: on the H100 (B8 H32/8
+ * D128, 8K keys) 3xTF32 rows took 0.360 ms and the portable kernel 0.327, and the one-warp
+ * build spilled at head dim 128 (255 registers). */
+int fcl_plan_mma_rows_built(int kind) { return kind == FCL_MMA_F16 || kind == FCL_MMA_BF16; }
+
+/* Warps of a tensor-core work-group, tiles of 16 query rows a warp and keys a tile, per
+ * bucket and kind. Measured on the H100 (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head
+ * dim 64, 4 warps of 2 tiles (161 TFLOP/s; 4 x 1: 151, 2 x 2: 137, 8 x 1: 97), each K and V
+ * fragment read from local memory feeding two products; at 128, 8 warps of 1 (175; 4 x 2:
+ * 123 and 8 x 2: 139, too many registers; 4 x 1: 131), whose K and V tiles serve 128
+ * queries; 64 keys a tile (32: 101-130). Float32 storage holds twice the bytes a key, in
+ * local memory and in q's registers: 4 warps of one tile, and at head dim 128 32-key tiles
+ * (two tiles of 64 keys would need 66 KiB of the 48 OpenCL allows; on the H100 in float32,
+ * 4 x 1 gave 48-49 TFLOP/s at both head dims, 4 x 2 at 64 and 8 x 1 at 128 no more, 2 x 1
+ * 43). GQA decoding's rows (a group's heads, 16 rows at most a tile) take one warp: 6
+ * work-groups an SM, each with its own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at
+ * 8K keys, 0.27 with 8 warps). */
+fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
+{
+    const int f32 = kind == FCL_MMA_F32 || kind == FCL_MMA_TF32;
+    fcl_mma_shape sh = {.warps = 4, .row_tiles = 1, .block_kv = f32 && bucket ? 32 : 64};
+    if (gqa_rows)
+        sh.warps = 1;
+    else if (!f32 && bucket)
+        sh.warps = 8;
+    else if (!f32)
+        sh.row_tiles = 2;
+    return sh;
+}
 
 /* The head-dim bucket of d where the NVIDIA kernels take its shape (built, head dims up to
  * 128 in multiples of 8, rows at multiples of 8 elements), else -1. */
@@ -754,15 +787,15 @@ static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *
 static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_desc *d, int bucket,
                              int gqa_rows, fcl_attention_launch *launch)
 {
-    const int half = d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_BF16;
-    if (bucket < 0 || !half || d->dtype_kv != d->dtype_q)
+    const int kind = fcl_plan_mma_kind(d);
+    if (bucket < 0 || kind < 0 || (gqa_rows && !fcl_plan_mma_rows_built(kind)))
         return 0;
-    const size_t warps = fcl_plan_mma_warps(bucket, gqa_rows);
-    if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
-                    warps * 16 * fcl_plan_mma_row_tiles(bucket, gqa_rows), FA_MMA_BK, warps * 32,
-                    launch) != FCL_SUCCESS)
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
+    if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket, sh.warps * 16 * sh.row_tiles,
+                    sh.block_kv, sh.warps * 32, launch) != FCL_SUCCESS)
         return 0;
     launch->gqa_rows = gqa_rows;
+    launch->mma_kind = kind;
     return 1;
 }
 

@@ -269,7 +269,7 @@ static void release_kernel(cl_kernel *k)
 static void release_mma_kernels(fcl_context *ctx)
 {
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        for (int t = 0; t < 2; t++) {
+        for (int t = 0; t < FCL_MMA_KINDS; t++) {
             release_kernel(&ctx->attention_mma[b][t]);
             release_kernel(&ctx->attention_mma_rows[b][t]);
         }
@@ -484,6 +484,23 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
 /* ---- the NVIDIA paths: a program of their own, so that a driver which cannot build or
  * run it leaves the portable kernels as they are ---- */
 
+/* One build of attention_mma_nv.cl: its bucket, product kind and shape. */
+static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
+{
+    static const char *const ptx_type[FCL_MMA_KINDS] = {"f16", "bf16", "tf32", "tf32"};
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
+    text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+                "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
+                "#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n#define FA_FEATURES 0x%xu\n"
+                "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
+                "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
+                "#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
+             gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
+             fcl_attention_bucket_dim(bucket), ptx_type[kind],
+             kind == FCL_MMA_F32 || kind == FCL_MMA_TF32, kind == FCL_MMA_F32, sh.warps,
+             sh.row_tiles, sh.block_kv, FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+}
+
 char *fcl_mma_kernel_source(void)
 {
     text t = {0};
@@ -492,17 +509,10 @@ char *fcl_mma_kernel_source(void)
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int x = 0; x < 4; x++) { /* f16, bf16; then their one-warp builds (gqa_rows) */
-            const int ty = x % 2, rows = x / 2;
-            text_add(&t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
-                         "#define FA_MMA_WARPS %zu\n#define FA_MMA_MT %zu\n#define FA_FEATURES 0x%xu\n"
-                         "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
-                         "#undef FA_MMA_T\n#undef FA_MMA_WARPS\n#undef FA_MMA_MT\n#undef FA_FEATURES\n",
-                     rows ? "_rows" : "", fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
-                     fcl_attention_bucket_dim(b), dtype_suffix[FCL_DTYPE_F16 + ty],
-                     fcl_plan_mma_warps(b, rows), fcl_plan_mma_row_tiles(b, rows), FA_FEATURES_ALL,
-                     fcl_cl_attention_mma_nv);
-        }
+        for (int rows = 0; rows <= 1; rows++) /* prefill, and the one-warp builds (gqa_rows) */
+            for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
+                if (!rows || fcl_plan_mma_rows_built(kind))
+                    add_mma_build(&t, b, kind, rows);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if (decode_built_for(v))
@@ -530,11 +540,11 @@ char *fcl_mma_kernel_source(void)
 }
 
 /* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
- * small integers, D = A B with 16 x 16 x 8 elements. */
-static float mma_check_product(unsigned i, unsigned n)
+ * small integers, D = A B with 16 x depth x 8 elements. */
+static float mma_check_product(unsigned i, unsigned n, unsigned depth)
 {
     int sum = 0;
-    for (unsigned k = 0; k < 16; k++)
+    for (unsigned k = 0; k < depth; k++)
         sum += ((int)((i + 2 * k) % 5) - 2) * ((int)((3 * k + n) % 7) - 3);
     return (float)sum;
 }
@@ -544,7 +554,7 @@ static float mma_check_product(unsigned i, unsigned n)
 static int mma_check_passes(fcl_context *ctx)
 {
     cl_int err;
-    float got[32 * 8];
+    float got[32 * 12];
     const size_t lanes = 32;
     int passes = 0;
     cl_kernel check = clCreateKernel(ctx->mma_program, "fcl_mma_check", &err);
@@ -559,9 +569,10 @@ static int mma_check_passes(fcl_context *ctx)
     if (err == CL_SUCCESS) {
         passes = 1;
         for (unsigned lane = 0; lane < 32; lane++)
-            for (unsigned e = 0; e < 8; e++) /* f16's four accumulators, then bf16's */
-                passes &= got[lane * 8 + e] ==
-                          mma_check_product(lane / 4 + (e % 4 >= 2 ? 8 : 0), 2 * (lane % 4) + e % 2);
+            for (unsigned e = 0; e < 12; e++) /* f16's four accumulators, bf16's, TF32's */
+                passes &= got[lane * 12 + e] == mma_check_product(lane / 4 + (e % 4 >= 2 ? 8 : 0),
+                                                                  2 * (lane % 4) + e % 2,
+                                                                  e < 8 ? 16 : 8);
     }
     if (out)
         clReleaseMemObject(out);
@@ -600,17 +611,17 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
         return FCL_SUCCESS;
     fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, NULL);
     for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
-        for (int i = 0; i < 2 && s == FCL_SUCCESS && fits; i++) {
+        for (int i = 0; i < FCL_MMA_KINDS && s == FCL_SUCCESS && fits; i++) {
             char name[40];
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
-                     dtype_suffix[FCL_DTYPE_F16 + i]);
+                     fcl_mma_kind_names[i]);
             s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i],
-                                 fcl_plan_mma_warps(b, 0) * 32, &fits, because, cap);
+                                 fcl_plan_mma_shape(b, i, 0).warps * 32, &fits, because, cap);
             snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", fcl_attention_bucket_dim(b),
-                     dtype_suffix[FCL_DTYPE_F16 + i]);
-            if (s == FCL_SUCCESS && fits)
+                     fcl_mma_kind_names[i]);
+            if (s == FCL_SUCCESS && fits && fcl_plan_mma_rows_built(i))
                 s = create_nv_kernel(ctx, name, &ctx->attention_mma_rows[b][i],
-                                     fcl_plan_mma_warps(b, 1) * 32, &fits, because, cap);
+                                     fcl_plan_mma_shape(b, i, 1).warps * 32, &fits, because, cap);
         }
     for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {

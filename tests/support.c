@@ -396,8 +396,7 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
                  d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.kv_splits, rep.bad, rep.checked,
                  rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
                  rep.nmse);
-    chk_tolerance lse_tol = {1e-5, 1e-5, 1.0};
-    if (!chk_compare_values(got_lse, want_lse, rows, lse_tol, &rep))
+    if (!chk_compare_values(got_lse, want_lse, rows, chk_attention_lse_tolerance(&d), &rep))
         fail_msg("lse row %zu: got %.9g want %.9g", rep.first_bad, rep.got, rep.want);
     for (size_t e = 0; e < r->out_n; e++)
         if (!written[e] && chk_load(out, d.dtype_o, e) != ATTENTION_SENTINEL)

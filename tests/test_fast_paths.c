@@ -1,6 +1,6 @@
 /* The vendor fast paths against the portable path and the float64 reference, on the device
  * the tests run on: NVIDIA's prefill on the tensor cores (FCL_ATTENTION_PATH_MMA,
- * cl/attention_mma_nv.cl), GQA decoding as rows of a kv head on the same kernel, decode by
+ * cl/attention_mma_nv.cl: f16, bf16, float32 by 3xTF32 and by TF32), GQA decoding as rows of a kv head on the same kernel, decode by
  * warp shuffles (FCL_ATTENTION_PATH_DECODE_NV, cl/attention_decode_nv.cl) and softmax
  * (cl/softmax_nv.cl). Each call runs twice, on the test context (the fast path where
  * the device has it) and on a context with them switched off (FLASHCL_TUNE=attention_mma=0):
@@ -34,8 +34,8 @@ static fcl_context *portable_context(void)
     return ctx;
 }
 
-/* Whether this device should run the NVIDIA kernels (f16 and bf16 prefill on its tensor
- * cores, decode by shuffles). */
+/* Whether this device should run the NVIDIA kernels (prefill on its tensor cores, decode by
+ * shuffles). */
 static int mma_expected(void)
 {
     const char *tune = getenv("FLASHCL_TUNE");
@@ -104,10 +104,19 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
     d.head_dim = 72; /* a multiple of 8 in the 128 bucket */
     assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
-    /* Not taken: float32 or mixed storage, head dims above 128 or not multiples of 8, rows
-     * not at multiples of 8 elements, decoding. */
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_F32;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.precision = FCL_PRECISION_TF32;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.len_q = 1; /* GQA decoding as rows: f16 and bf16 only */
+    assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_MMA);
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_F16;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    /* Not taken: mixed storage, head dims above 128 or not multiples of 8, rows not at
+     * multiples of 8 elements, decoding. */
     const fcl_attention_desc others[] = {
-        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64},
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
+         .dtype_kv = FCL_DTYPE_F16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 256,
@@ -142,7 +151,18 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     fcl_context_destroy(portable);
 }
 
-/* Prefill shapes in f16 and bf16: GQA, odd lengths (a partial last tile of queries and of
+/* The storage types and precisions the tensor cores take: f16, bf16, float32 (3xTF32) and
+ * float32 with FCL_PRECISION_TF32. */
+static const struct mma_kind {
+    fcl_dtype dtype;
+    fcl_precision precision;
+} mma_kinds[] = {{FCL_DTYPE_F16, FCL_PRECISION_F32},
+                 {FCL_DTYPE_BF16, FCL_PRECISION_F32},
+                 {FCL_DTYPE_F32, FCL_PRECISION_F32},
+                 {FCL_DTYPE_F32, FCL_PRECISION_TF32}};
+#define MMA_KINDS (sizeof mma_kinds / sizeof mma_kinds[0])
+
+/* Prefill shapes in every kind: GQA, odd lengths (a partial last tile of queries and of
  * keys), both causal rules and none, head dims of both buckets (72: columns past it are
  * zeros), split-KV, lse; a NaN in one query row stays in that row. */
 static void test_mma_prefill_matches(void **state)
@@ -151,16 +171,18 @@ static void test_mma_prefill_matches(void **state)
     fcl_context *portable = portable_context();
     const size_t shapes[][4] = {/* len_q, len_kv, head_dim, kv_splits */
                                 {200, 333, 64, 0}, {130, 257, 128, 0}, {65, 1000, 72, 3}, {5, 17, 64, 0}};
-    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++)
+    for (size_t i = 0; i < MMA_KINDS; i++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int causal = 0; causal <= 2; causal++) {
+                const fcl_dtype t = mma_kinds[i].dtype;
                 attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = shapes[k][0],
                                          .len_kv = shapes[k][1], .head_dim = shapes[k][2],
                                          .kv_splits = shapes[k][3], .causal = (fcl_causal)causal,
-                                         .dtype_q = (fcl_dtype)t, .dtype_kv = (fcl_dtype)t}};
+                                         .dtype_q = t, .dtype_kv = t,
+                                         .precision = mma_kinds[i].precision}};
                 attention_contiguous_inputs(&r);
                 if (k == 0 && causal == 0) /* a NaN at row 7 of batch 1, head 3 */
-                    chk_store((void *)r.io.q, (fcl_dtype)t,
+                    chk_store((void *)r.io.q, t,
                               chk_attention_offset(r.d.layout, 4, r.d.len_q, r.d.head_dim, 1, 3, 7) + 5,
                               NAN);
                 check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
@@ -217,25 +239,26 @@ static void test_mma_features_match(void **state)
     fcl_context *portable = portable_context();
     static const int32_t lens[3] = {100, 0, 37}, cu_q[5] = {0, 5, 5, 17, 20},
                          cu_kv[5] = {0, 9, 9, 39, 42};
-    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
-        const fcl_dtype ty = (fcl_dtype)t;
+    for (size_t i = 0; i < MMA_KINDS; i++) {
+        const fcl_dtype ty = mma_kinds[i].dtype;
+        const fcl_precision pr = mma_kinds[i].precision;
         check_paged(portable,
                     (fcl_attention_desc){.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 9,
                                          .len_kv = 100, .head_dim = 64,
                                          .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = ty,
-                                         .dtype_kv = ty},
+                                         .dtype_kv = ty, .precision = pr},
                     lens, FCL_ATTENTION_PATH_MMA);
         check_packed(portable,
                      (fcl_attention_desc){.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
                                           .len_kv = 30, .head_dim = 48,
                                           .causal = FCL_CAUSAL_TOP_LEFT, .dtype_q = ty,
-                                          .dtype_kv = ty},
+                                          .dtype_kv = ty, .precision = pr},
                      cu_q, cu_kv, FCL_ATTENTION_PATH_MMA);
         check_scored(portable,
                      (fcl_attention_desc){.batch = 2, .heads_q = 4, .heads_kv = 4, .len_q = 90,
                                           .len_kv = 150, .head_dim = 128, .softcap = 20.0f,
                                           .window = 1, .window_left = 40, .window_right = 7,
-                                          .dtype_q = ty, .dtype_kv = ty},
+                                          .dtype_q = ty, .dtype_kv = ty, .precision = pr},
                      FCL_MASK_ADD_F16, FCL_ATTENTION_PATH_MMA);
     }
     fcl_context_destroy(portable);
@@ -315,7 +338,8 @@ static void test_decode_nv_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
-/* Decoding one query row with GQA groups in f16 and bf16: the group's heads as rows of one kv
+/* Decoding one query row with GQA groups in f16 and bf16 (float32 keeps the portable decode
+ * kernel: test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv
  * head on the tensor cores (lse, bottom-right causality, softcap, split-KV, a shuffled paged
  * cache with an empty sequence); the features that depend on the query's position or head
  * keep the portable decode kernel. */

@@ -525,7 +525,8 @@ static void test_local_mem_count_is_fitted(void **state)
 
 /* The NVIDIA paths: built for GPUs of compute capability 8.0 and later unless switched off,
  * and planned for the calls their kernels take: on the tensor cores 64 keys a tile, 128
- * queries a group (4 warps of 32 rows at head dim 64, 8 of 16 at 128); decoding by shuffles. */
+ * queries a group (4 warps of 32 rows at head dim 64, 8 of 16 at 128) in f16 and bf16, 64
+ * queries (4 warps of 16 rows) in float32, with 32-key tiles at 128; decoding by shuffles. */
 static void test_mma_path_rules(void **state)
 {
     (void)state;
@@ -561,9 +562,15 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 0 && l.block_q == 128 &&
                 l.work_group_size == 128);
     assert_false(fcl_plan_attention_mma(&nv, &f16, 0, &l)); /* rows not at multiples of 8 */
+    d = f16;
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_F32;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F32 &&
+                l.block_q == 64 && l.block_kv == 32 && l.work_group_size == 128);
+    d.precision = FCL_PRECISION_TF32;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_TF32);
+    d.head_dim = d.head_dim_v = 64;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.block_q == 64 && l.block_kv == 64);
     const fcl_attention_desc refused[] = {
-        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
-         .head_dim_v = 64},
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .head_dim_v = 64, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 256,
@@ -591,7 +598,9 @@ static void test_mma_path_rules(void **state)
     assert_true(l.path == FCL_ATTENTION_PATH_MMA && l.gqa_rows && l.block_q == 16 &&
                 l.block_kv == 64 && l.work_group_size == 32);
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
-    rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32;
+    rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
+    rows.dtype_kv = FCL_DTYPE_F16; /* mixed storage */
     assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
 }
 

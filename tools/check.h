@@ -72,6 +72,8 @@ fcl_attention_desc chk_attention_defaults(fcl_attention_desc d);
 /* The tolerance the tests hold attention to, by output storage type (unit-variance inputs). */
 typedef struct chk_tolerance chk_tolerance;
 chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d);
+/* ... and its lse (natural log units). */
+chk_tolerance chk_attention_lse_tolerance(const fcl_attention_desc *d);
 
 /* ---- comparison ---- */
 typedef struct chk_tolerance {

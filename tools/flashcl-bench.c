@@ -24,11 +24,13 @@
 
 static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
-    "                     [--reps N] [--warmup N] [--softmax MxN] [--dtype f32|f16|bf16]\n"
+    "                     [--reps N] [--warmup N] [--softmax MxN]\n"
+    "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run.\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
-    "  c = causal (top-left), pN = K and V in a paged cache of N-token pages.\n";
+    "  c = causal (top-left), pN = K and V in a paged cache of N-token pages;\n"
+    "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n";
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
 
@@ -38,6 +40,7 @@ enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8 };
 
 typedef struct bench_case {
     case_kind kind;
+    fcl_precision precision; /* attention's, for float32 storage */
     size_t rows, cols;                                 /* softmax (heads with mods) */
     size_t batch, heads, len_q, len_kv, head_dim;      /* attention */
     int causal;
@@ -55,15 +58,17 @@ typedef struct bench_result {
 } bench_result;
 
 #define MAX_CASES 64
-#define S(r, c) {KIND_SOFTMAX, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
-#define A(b, h, lq, lk, d, c) {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+#define S(r, c) {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+#define A(b, h, lq, lk, d, c)                                                                  \
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
-    {KIND_ATTENTION, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods}
 
 /* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
  * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
-#define SX(r, c, h) {KIND_SOFTMAX, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, MOD_ALIBI | MOD_SINKS}
+#define SX(r, c, h)                                                                            \
+    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, MOD_ALIBI | MOD_SINKS}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -291,7 +296,8 @@ static fcl_attention_desc attention_desc(const bench_case *c)
                             .len_kv = c->varlen ? seq_len(c, c->len_kv, 1) : c->len_kv,
                             .head_dim = c->head_dim, .head_dim_v = c->head_dim_v,
                             .causal = c->causal ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
-                            .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype};
+                            .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype,
+                            .precision = c->precision};
     if (c->page_size) {
         d.page_size = c->page_size;
         d.block_table_stride = (c->len_kv + c->page_size - 1) / c->page_size;
@@ -545,7 +551,8 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->mods ? " f16 mask/head alibi sinks" : "");
     else
         snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s",
-                 chk_dtype_name(c->dtype), c->batch, c->heads, c->heads_kv ? "/" : "", c->heads_kv,
+                 c->precision == FCL_PRECISION_TF32 ? "tf32" : chk_dtype_name(c->dtype), c->batch,
+                 c->heads, c->heads_kv ? "/" : "", c->heads_kv,
                  c->len_q, c->len_kv, c->head_dim, c->head_dim_v ? "/" : "", c->head_dim_v,
                  c->causal ? " causal" : "", c->page_size ? " paged" : "", c->page_size,
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
@@ -606,7 +613,7 @@ int main(int argc, char **argv)
     const char *preset = "cpu";
     fcl_context_options opts = {0};
     fcl_dtype dtype = FCL_DTYPE_F32;
-    int dtype_given = 0;
+    int dtype_given = 0, tf32 = 0;
     for (int a = 1; a < argc; a++) {
         const char *next = a + 1 < argc ? argv[a + 1] : NULL;
         size_t x[6] = {0};
@@ -623,7 +630,7 @@ int main(int argc, char **argv)
         else if (next && strcmp(argv[a], "--warmup") == 0)
             b.warmup = atoi(argv[++a]);
         else if (next && strcmp(argv[a], "--dtype") == 0)
-            dtype = parse_dtype(argv[++a]), dtype_given = 1;
+            tf32 = strcmp(argv[++a], "tf32") == 0, dtype = parse_dtype(argv[a]), dtype_given = 1;
         else if (next && strcmp(argv[a], "--softmax") == 0 && n < MAX_CASES &&
                  sscanf(argv[++a], "%zux%zu", &x[0], &x[1]) == 2 && x[0] && x[1])
             cases[n++] = (bench_case)S(x[0], x[1]);
@@ -658,8 +665,10 @@ int main(int argc, char **argv)
         memcpy(cases, p, count * sizeof *p);
         n = count;
     }
-    for (size_t i = 0; dtype_given && i < n; i++)
+    for (size_t i = 0; dtype_given && i < n; i++) {
         cases[i].dtype = dtype;
+        cases[i].precision = tf32 ? FCL_PRECISION_TF32 : FCL_PRECISION_F32;
+    }
 
     double t0 = chk_seconds();
     fcl_status s = fcl_context_create(&opts, &b.ctx);

@@ -113,7 +113,7 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
         printf("    %7zu x %-8zu -> %s\n", examples[e][0], examples[e][1],
                fcl_softmax_algo_name(example_plan(ctx, e)));
     if (i->attention_mma)
-        printf("  NVIDIA kernels      tensor-core prefill (f16, bf16), shuffle decode and softmax "
+        printf("  NVIDIA kernels      tensor-core prefill (f16, bf16, f32 by 3xTF32), shuffle decode and softmax "
                "(compute capability %u.%u; FLASHCL_TUNE=attention_mma=0 turns them off)\n",
                i->nv_compute_capability / 10, i->nv_compute_capability % 10);
     else
