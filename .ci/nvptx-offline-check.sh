@@ -20,12 +20,13 @@ if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cp
 fi
 status=0
 kernels="attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
+  attention_decode_nv_d256 attention_decode_nv_d256_all
   softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check"
 for t in f32 f16 bf16; do
   kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
 done
-for d in 64 128; do
-  kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32"
+for d in 64 128 256; do
+  [ "$d" = 256 ] || kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32"
   for t in f16 bf16; do
     kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
   done
@@ -37,11 +38,12 @@ if grep -q "__local_depot" "$tmp/mma.ptx"; then
   echo "nvptx-offline-check: a kernel keeps an array in local (spill) memory" >&2
   status=1
 fi
-# S = q K^T and O += P V of one tile, fully unrolled: (64/8) x (D/16) + 4 x (D/8) mma.sync per
-# kernel, 64 at D = 64 and 128 at D = 128, for f16 and bf16 in the prefill and the one-warp
-# builds; and 2 in the self-check (a loop the compiler did not unroll would leave fewer).
+# S = q K^T and O += P V of one tile, fully unrolled: (keys/8) x (D/16) + (keys/16) x (D/8)
+# mma.sync per kernel, 64 at D = 64 and 128 at D = 128 and 256 (32-key tiles), for f16 and
+# bf16 in the prefill and the one-warp builds; and 2 in the self-check (a loop the compiler
+# did not unroll would leave fewer).
 mmas=$(grep -c "mma.sync.aligned.m16n8k16" "$tmp/mma.ptx")
-[ "$mmas" -ge $((4 * (64 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 770 or more" >&2; status=1; }
+[ "$mmas" -ge $((4 * (64 + 128 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 1282 or more" >&2; status=1; }
 # Float32 storage, 8 columns a product: (keys/8) x (D/8) x 2 products a tile, 128 at both
 # head dims (64 keys at 64, 32 at 128), times 3 for 3xTF32 and 1 for TF32, in the prefill
 # builds of both buckets; and 1 in the self-check.

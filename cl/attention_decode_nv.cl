@@ -3,11 +3,11 @@
  * kernel, in the same program (src/program.c); the planner takes it for one query head per kv
  * head read (no GQA group of 2 or more heads: the portable decode kernel reads their K and V
  * once for the group) and K and V of any storage type with rows at multiples of 8 elements and
- * head dims up to 128 in multiples of 8. The portable decode kernel (attention_decode.cl) is its
+ * head dims up to 256 in multiples of 8. The portable decode kernel (attention_decode.cl) is its
  * reference. Compiled per head-dim bucket and feature set after common_nv.cl and
  * attention_mma_nv.cl, with
  *   FA_NAME     kernel name suffix (decode_nv_d128, decode_nv_d128_all)
- *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
+ *   FA_D        largest head_dim and head_dim_v of the bucket (64, 128 or 256)
  *   FA_FEATURES the features compiled in (attention_args.h)
  *
  * Where the portable kernel passes every key through local memory in three phases with

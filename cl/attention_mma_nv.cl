@@ -2,13 +2,13 @@
  * FlashAttention-2's forward kernel in OpenCL C. A vendor fast path: the planner builds this
  * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the
  * mma fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
- * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 128,
- * multiples of 8); the portable kernels (attention_tile.cl) are its reference and serve
+ * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 256,
+ * float32's up to 128, multiples of 8); the portable kernels (attention_tile.cl) are its reference and serve
  * everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
  * head-dim bucket and product type, with
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
- *   FA_D        largest head_dim and head_dim_v of the bucket (64 or 128)
+ *   FA_D        largest head_dim and head_dim_v of the bucket (64, 128 or 256)
  *   FA_MMA_T    the products' type in PTX: f16 or bf16 (16-bit storage, m16n8k16), or tf32
  *               (float32 storage, m16n8k8)
  *   FA_MMA_SPLIT with tf32: 1 for float32 accuracy by 3xTF32 (FCL_PRECISION_F32), 0 for one

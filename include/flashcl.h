@@ -416,15 +416,16 @@ typedef enum fcl_attention_path {
                                       whose local memory holds no tile for the head dims) */
     FCL_ATTENTION_PATH_MMA = 3,    /* NVIDIA tensor cores (fcl_device_info.attention_mma): q,
                                       k and v of one storage type (float32 by 3xTF32, or TF32
-                                      with FCL_PRECISION_TF32), head dims up to 128 and multiples of
-                                      8, every row of q, k and v starting at a multiple of 8
+                                      with FCL_PRECISION_TF32), head dims up to 256
+                                      (float32: 128) and multiples of 8, every row of q, k and v starting at a multiple of 8
                                       elements, len_q above 4; or len_q 1 with GQA groups of 2
                                       or more heads, taken as rows of their kv head (no
                                       top-left causality, window, ALiBi, mask, sinks or
                                       packed queries) */
     FCL_ATTENTION_PATH_DECODE_NV = 4 /* NVIDIA decode by warp shuffles (with attention_mma):
                                         len_q up to 4, heads_q / heads_kv odd (1: no GQA), any
-                                        storage types, the same rules on head dims and rows */
+                                        storage types, head dims up to 256, the same
+                                        rules on rows */
 } fcl_attention_path;
 
 /* How fcl_attention would run d: the kernel, its tile shape and the number of key splits.

@@ -42,9 +42,11 @@ FLASHCL_TUNE=attention_mma=0 build/tools/flashcl-bench --preset engine --json \
 # kernels where the device has them and with them switched off (the portable kernels); and
 # float32 prefill with FCL_PRECISION_TF32 (--dtype tf32), which only the tensor cores change.
 prefill="--attention 4,16,4096,4096,64 --attention 4,16,4096,4096,64,c --attention 4,16,4096,4096,128
-  --attention 4,16,4096,4096,128,c --attention 1,16,16384,16384,64,c"
+  --attention 4,16,4096,4096,128,c --attention 1,16,16384,16384,64,c --attention 4,16,4096,4096,256
+  --attention 4,16,4096,4096,256,c"
 decode="--attention 8,32,1,8192,128 --attention 8,32,1,32768,128 --attention 8,32,1,8192,64
-  --attention 8,32/8,1,8192,128 --attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16"
+  --attention 8,32/8,1,8192,128 --attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16
+  --attention 8,32,1,8192,256 --attention 8,32/8,1,8192,256 --attention 8,32/8,1,8192,256,p16"
 # shellcheck disable=SC2086 # $prefill is a list of options
 build/tools/flashcl-bench --dtype tf32 $prefill --json > "$out/bench-prefill-tf32.json" || status=1
 for dtype in f16 bf16 f32; do

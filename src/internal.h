@@ -27,7 +27,7 @@
  * first: kernel names end in "", "_mod" and "_all". The decode kernel has no _mod build and
  * the rows kernel only _all: their other slots stay NULL. */
 enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
-#define FCL_MMA_BUCKETS 2 /* the tensor-core path's head-dim buckets: up to 64 and 128 */
+#define FCL_MMA_BUCKETS 3 /* the NVIDIA paths' head-dim buckets: up to 64, 128 and 256 */
 /* The tensor-core kernels' product types (cl/attention_mma_nv.cl's FA_MMA_T and
  * FA_MMA_SPLIT): f16 and bf16 storage, float32 storage by 3xTF32 (FCL_PRECISION_F32) and by
  * one TF32 product (FCL_PRECISION_TF32). */
@@ -254,8 +254,9 @@ typedef struct fcl_mma_shape {
     size_t warps, row_tiles, block_kv;
 } fcl_mma_shape;
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
-/* Whether the kind has the one-warp build (GQA decoding as rows). */
-int fcl_plan_mma_rows_built(int kind);
+/* Whether the kind has a build for the bucket, in the prefill build or the one-warp build
+ * (gqa_rows). */
+int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
@@ -281,9 +282,9 @@ typedef struct fcl_attention_launch {
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
 /* The NVIDIA launch for d where those kernels take it (info->attention_mma, head dims up to
- * 128 in multiples of 8, and rows_aligned: every row of q, k and v at a multiple of 8
- * elements, for their 16-byte loads): the tensor cores for f16 or bf16 q, k and v with len_q
- * above FCL_ATTENTION_DECODE_MAX_Q, the shuffle decode kernel for len_q up to it where GQA
+ * 256 in multiples of 8, and rows_aligned: every row of q, k and v at a multiple of 8
+ * elements, for their 16-byte loads): the tensor cores for q, k and v of one storage type
+ * (float32: head dims up to 128) with len_q above FCL_ATTENTION_DECODE_MAX_Q, the shuffle decode kernel for len_q up to it where GQA
  * groups are odd (1 included); returns 0 where neither does, and the caller plans the portable
  * path. */
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,

@@ -741,10 +741,14 @@ int fcl_plan_mma_kind(const fcl_attention_desc *d)
     }
 }
 
-/* GQA decoding as rows in float32 stays on the portable decode kernel: on the H100 (B8 H32/8
- * D128, 8K keys) 3xTF32 rows took 0.360 ms and the portable kernel 0.327, and the one-warp
- * build spilled at head dim 128 (255 registers). */
-int fcl_plan_mma_rows_built(int kind) { return kind == FCL_MMA_F16 || kind == FCL_MMA_BF16; }
+/* f16 and bf16 at every bucket; float32 up to head dim 128 (at 256, q's and the output's
+ * fragments alone would take 256 registers a lane), and not as GQA rows, which stay on the
+ * portable decode kernel: on the H100 (B8 H32/8 D128, 8K keys) 3xTF32 rows took 0.360 ms and
+ * the portable kernel 0.327, and the one-warp build spilled at head dim 128. */
+int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
+{
+    return kind == FCL_MMA_F16 || kind == FCL_MMA_BF16 || (bucket < 2 && !gqa_rows);
+}
 
 /* Warps of a tensor-core work-group, tiles of 16 query rows a warp and keys a tile, per
  * bucket and kind. Measured on the H100 (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head
@@ -755,24 +759,27 @@ int fcl_plan_mma_rows_built(int kind) { return kind == FCL_MMA_F16 || kind == FC
  * local memory and in q's registers: 4 warps of one tile, and at head dim 128 32-key tiles
  * (two tiles of 64 keys would need 66 KiB of the 48 OpenCL allows; on the H100 in float32,
  * 4 x 1 gave 48-49 TFLOP/s at both head dims, 4 x 2 at 64 and 8 x 1 at 128 no more, 2 x 1
- * 43). GQA decoding's rows (a group's heads, 16 rows at most a tile) take one warp: 6
- * work-groups an SM, each with its own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at
- * 8K keys, 0.27 with 8 warps). */
+ * 43). Head dim 256 (f16, bf16): 8 warps of one tile and 32-key tiles, as float32 at 128
+ * (its K and V tiles take as many bytes): 183 TFLOP/s, 4 warps 171. GQA decoding's rows (a
+ * group's heads, 16 rows at most a tile) take one warp: 6 work-groups an SM, each with its
+ * own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at 8K keys, 0.27 with 8 warps). */
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
 {
     const int f32 = kind == FCL_MMA_F32 || kind == FCL_MMA_TF32;
-    fcl_mma_shape sh = {.warps = 4, .row_tiles = 1, .block_kv = f32 && bucket ? 32 : 64};
+    fcl_mma_shape sh = {.warps = 4, .row_tiles = 1, .block_kv = 64};
+    if (bucket == 2 || (f32 && bucket == 1))
+        sh.block_kv = 32;
     if (gqa_rows)
         sh.warps = 1;
-    else if (!f32 && bucket)
-        sh.warps = 8;
-    else if (!f32)
+    else if (!f32 && bucket == 0)
         sh.row_tiles = 2;
+    else if (!f32)
+        sh.warps = 8;
     return sh;
 }
 
 /* The head-dim bucket of d where the NVIDIA kernels take its shape (built, head dims up to
- * 128 in multiples of 8, rows at multiples of 8 elements), else -1. */
+ * 256 in multiples of 8, rows at multiples of 8 elements), else -1. */
 static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *d, int rows_aligned)
 {
     const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
@@ -788,7 +795,7 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
                              int gqa_rows, fcl_attention_launch *launch)
 {
     const int kind = fcl_plan_mma_kind(d);
-    if (bucket < 0 || kind < 0 || (gqa_rows && !fcl_plan_mma_rows_built(kind)))
+    if (bucket < 0 || kind < 0 || !fcl_plan_mma_built(bucket, kind, gqa_rows))
         return 0;
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
     if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket, sh.warps * 16 * sh.row_tiles,

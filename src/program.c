@@ -511,7 +511,7 @@ char *fcl_mma_kernel_source(void)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int rows = 0; rows <= 1; rows++) /* prefill, and the one-warp builds (gqa_rows) */
             for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                if (!rows || fcl_plan_mma_rows_built(kind))
+                if (fcl_plan_mma_built(b, kind, rows))
                     add_mma_build(&t, b, kind, rows);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
@@ -615,11 +615,12 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             char name[40];
             snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
                      fcl_mma_kind_names[i]);
-            s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i],
-                                 fcl_plan_mma_shape(b, i, 0).warps * 32, &fits, because, cap);
+            if (fcl_plan_mma_built(b, i, 0))
+                s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i],
+                                     fcl_plan_mma_shape(b, i, 0).warps * 32, &fits, because, cap);
             snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", fcl_attention_bucket_dim(b),
                      fcl_mma_kind_names[i]);
-            if (s == FCL_SUCCESS && fits && fcl_plan_mma_rows_built(i))
+            if (s == FCL_SUCCESS && fits && fcl_plan_mma_built(b, i, 1))
                 s = create_nv_kernel(ctx, name, &ctx->attention_mma_rows[b][i],
                                      fcl_plan_mma_shape(b, i, 1).warps * 32, &fits, because, cap);
         }

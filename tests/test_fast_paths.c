@@ -112,14 +112,19 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_MMA);
     d.dtype_q = d.dtype_kv = FCL_DTYPE_F16;
     assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
-    /* Not taken: mixed storage, head dims above 128 or not multiples of 8, rows not at
+    d.len_q = 100;
+    d.head_dim = 256; /* f16 and bf16 up to 256, float32 up to 128 */
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_F32;
+    assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_MMA);
+    /* Not taken: mixed storage, head dims above 256 or not multiples of 8, rows not at
      * multiples of 8 elements, decoding. */
     const fcl_attention_desc others[] = {
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .dtype_kv = FCL_DTYPE_F16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
-        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 256,
+        {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 264,
          .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 60,
          .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
@@ -131,7 +136,7 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         assert_int_not_equal(path_of(support_ctx, &others[i]), FCL_ATTENTION_PATH_MMA);
     /* Decoding (len_q up to 4) in every storage type takes the shuffle kernel where GQA
-     * groups are odd, but not with groups of 2 or 4, head dims above 128 or not multiples of 8,
+     * groups are odd, but not with groups of 2 or 4, head dims above 256 or not multiples of 8,
      * or rows not at multiples of 8 elements. */
     for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16; t++) {
         d = base;
@@ -141,6 +146,8 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
         d.heads_kv = 4;
         assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_DECODE_NV, mma_expected());
         d.head_dim = 256;
+        assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_DECODE_NV, mma_expected());
+        d.head_dim = 264;
         assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV);
         d.head_dim = 60;
         assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_DECODE_NV);
@@ -163,18 +170,22 @@ static const struct mma_kind {
 #define MMA_KINDS (sizeof mma_kinds / sizeof mma_kinds[0])
 
 /* Prefill shapes in every kind: GQA, odd lengths (a partial last tile of queries and of
- * keys), both causal rules and none, head dims of both buckets (72: columns past it are
- * zeros), split-KV, lse; a NaN in one query row stays in that row. */
+ * keys), both causal rules and none, head dims of every bucket (72: columns past it are
+ * zeros; 200 and 256 in f16 and bf16 only), split-KV, lse; a NaN in one query row stays in
+ * that row. */
 static void test_mma_prefill_matches(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
     const size_t shapes[][4] = {/* len_q, len_kv, head_dim, kv_splits */
-                                {200, 333, 64, 0}, {130, 257, 128, 0}, {65, 1000, 72, 3}, {5, 17, 64, 0}};
+                                {200, 333, 64, 0}, {130, 257, 128, 0}, {65, 1000, 72, 3}, {5, 17, 64, 0},
+                                {70, 300, 256, 0}, {33, 200, 200, 2}};
     for (size_t i = 0; i < MMA_KINDS; i++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int causal = 0; causal <= 2; causal++) {
                 const fcl_dtype t = mma_kinds[i].dtype;
+                if (t == FCL_DTYPE_F32 && shapes[k][2] > 128)
+                    continue; /* float32 runs head dims above 128 on the portable kernels */
                 attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = shapes[k][0],
                                          .len_kv = shapes[k][1], .head_dim = shapes[k][2],
                                          .kv_splits = shapes[k][3], .causal = (fcl_causal)causal,
@@ -267,7 +278,7 @@ static void test_mma_features_match(void **state)
 /* Decoding on the shuffle kernel in every storage type (and float32 queries over a bf16
  * cache): no GQA with 1 to 4 queries, and groups of 3 heads with 2 to 4 (one query of a group
  * runs as rows on the tensor cores: test_gqa_decode_rows_match); both causal rules and none,
- * head dims of both buckets (72: lanes past it idle), fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
+ * head dims of every bucket (72: lanes past it idle), fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
  * another (every score of that head NaN). */
 static void test_decode_nv_matches(void **state)
 {
@@ -275,7 +286,7 @@ static void test_decode_nv_matches(void **state)
     fcl_context *portable = portable_context();
     const size_t shapes[][6] = {/* heads_q, heads_kv, len_q, len_kv, head_dim, kv_splits */
                                 {8, 8, 1, 1000, 128, 0}, {4, 4, 3, 333, 64, 0}, {6, 2, 4, 70, 72, 0},
-                                {6, 2, 2, 5000, 128, 5}, {3, 1, 2, 20, 64, 0}};
+                                {6, 2, 2, 5000, 128, 5}, {3, 1, 2, 20, 64, 0}, {4, 4, 2, 500, 256, 0}};
     for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_BF16 + 1; t++)
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             for (int causal = 0; causal <= 2; causal++) {
@@ -349,7 +360,8 @@ static void test_gqa_decode_rows_match(void **state)
     fcl_context *portable = portable_context();
     for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
         const size_t shapes[][5] = {/* heads_q, heads_kv, len_kv, head_dim, kv_splits */
-                                    {8, 2, 1000, 128, 0}, {32, 1, 333, 64, 0}, {12, 3, 5000, 72, 7}};
+                                    {8, 2, 1000, 128, 0}, {32, 1, 333, 64, 0}, {12, 3, 5000, 72, 7},
+                                    {8, 4, 300, 256, 0}};
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
             attention_run r = {.d = {.batch = 3, .heads_q = shapes[k][0], .heads_kv = shapes[k][1],
                                      .len_q = 1, .len_kv = shapes[k][2], .head_dim = shapes[k][3],

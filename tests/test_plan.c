@@ -570,11 +570,17 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_TF32);
     d.head_dim = d.head_dim_v = 64;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.block_q == 64 && l.block_kv == 64);
+    d.dtype_q = d.dtype_kv = FCL_DTYPE_F16; /* head dim 256: 8 warps of 16 rows, 32 keys */
+    d.head_dim = d.head_dim_v = 256;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 2 && l.block_q == 128 &&
+                l.block_kv == 32 && l.work_group_size == 256);
     const fcl_attention_desc refused[] = {
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .head_dim_v = 64, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
+        {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 576,
+         .head_dim_v = 512, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 256,
-         .head_dim_v = 256, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
+         .head_dim_v = 256},
         {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .head_dim_v = 60, .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16},
         {.batch = 1, .heads_q = 8, .heads_kv = 2, .len_q = 4, .len_kv = 100, .head_dim = 64,
