@@ -1,10 +1,10 @@
 /* Attention on NVIDIA's tensor cores (compute capability 8.0 and later), through inline PTX:
  * FlashAttention-2's forward kernel in OpenCL C. A vendor fast path: the planner builds this
- * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the
- * mma fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
+ * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the mma
+ * fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
  * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 256,
- * float32's up to 128, multiples of 8); the portable kernels (attention_tile.cl) are its reference and serve
- * everything else.
+ * float32's up to 128, multiples of 8); the portable kernels (attention_tile.cl) are its
+ * reference and serve everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
  * head-dim bucket and product type, with
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
@@ -93,8 +93,8 @@ FCL_INLINE void fa_mma_tf32(float *d, const float *a, float b0, float b1)
     __asm__ volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(as_uint(a[0])), "r"(as_uint(a[1])), "r"(as_uint(a[2])), "r"(as_uint(a[3])),
-                       "r"(as_uint(b0)), "r"(as_uint(b1)));
+                     : "r"(as_uint(a[0])), "r"(as_uint(a[1])), "r"(as_uint(a[2])),
+                       "r"(as_uint(a[3])), "r"(as_uint(b0)), "r"(as_uint(b1)));
 }
 
 /* x cut to TF32 (its sign, exponent and first 10 mantissa bits: what the tensor cores read),
@@ -110,7 +110,8 @@ FCL_INLINE float fa_tf32_small(float x, float big) { return fa_tf32_big(x - big)
 /* d += a b in float32 by three TF32 products: the big parts' product and each big part times
  * the other's small part, the small terms first (the small parts' product, below 2^-20 of
  * the whole, is left out). a: the A fragment's big parts and small parts, b0, b1 as float32. */
-FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small, float b0, float b1)
+FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small, float b0,
+                              float b1)
 {
     const float b0_big = fa_tf32_big(b0), b1_big = fa_tf32_big(b1);
     fa_mma_tf32(d, a_small, b0_big, b1_big);
@@ -208,7 +209,8 @@ FCL_INLINE void FCL_CAT(fa_mma_split4, FA_NAME)(const float *a, float *big, floa
 }
 
 /* d += a b: 3xTF32 (float32's accuracy) with FA_MMA_SPLIT, else one TF32 product. */
-FCL_INLINE void FCL_CAT(fa_mma_f32, FA_NAME)(float *d, const float *a_big, const float *a_small, float b0, float b1)
+FCL_INLINE void FCL_CAT(fa_mma_f32, FA_NAME)(float *d, const float *a_big, const float *a_small,
+                                            float b0, float b1)
 {
 #if FA_MMA_SPLIT
     fa_mma_3xtf32(d, a_big, a_small, b0, b1);
@@ -260,7 +262,8 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
         }
         #pragma unroll
         for (uint n = 0; n < FA_MMA_NDIMS; n++) {
-            const float b0 = v_tile[j * 8 + 2 * t][n * 8 + g], b1 = v_tile[j * 8 + 2 * t + 1][n * 8 + g];
+            const float b0 = v_tile[j * 8 + 2 * t][n * 8 + g];
+            const float b1 = v_tile[j * 8 + 2 * t + 1][n * 8 + g];
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++)
                 FCL_CAT(fa_mma_f32, FA_NAME)(o[mt][n], big[mt], small[mt], b0, b1);
@@ -320,8 +323,9 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
         #pragma unroll
         for (uint n2 = 0; n2 < FA_MMA_NDIMS / 2; n2++) {
             uint b0, b1, b2, b3;
-            fa_mma_load_transposed(&v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8],
-                                   &b0, &b1, &b2, &b3);
+            fa_mma_load_transposed(
+                &v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8], &b0, &b1,
+                &b2, &b3);
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++) {
                 FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
@@ -371,8 +375,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
             const int inside = qi[r] < w.s.len_q;
-            FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + (inside ? fa_row(p, io, &w.s.q, qi[r]) : 0),
-                                           r, t, inside ? (uint)p->head_dim : 0);
+            const ulong row = inside ? fa_row(p, io, &w.s.q, qi[r]) : 0;
+            FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + row, r, t,
+                                           inside ? (uint)p->head_dim : 0);
         }
         float m[FA_MMA_ROWS], l[FA_MMA_ROWS]; /* l: this lane's part of the row's sum */
         float o[FA_MMA_MT][FA_MMA_NDIMS][4];

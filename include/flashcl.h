@@ -417,8 +417,9 @@ typedef enum fcl_attention_path {
     FCL_ATTENTION_PATH_MMA = 3,    /* NVIDIA tensor cores (fcl_device_info.attention_mma): q,
                                       k and v of one storage type (float32 by 3xTF32, or TF32
                                       with FCL_PRECISION_TF32), head dims up to 256
-                                      (float32: 128) and multiples of 8, every row of q, k and v starting at a multiple of 8
-                                      elements, len_q above 4; or len_q 1 with GQA groups of 2
+                                      (float32: 128) and multiples of 8, every row of q,
+                                      k and v starting at a multiple of 8 elements, len_q
+                                      above 4; or len_q 1 with GQA groups of 2
                                       or more heads, taken as rows of their kv head (no
                                       top-left causality, window, ALiBi, mask, sinks or
                                       packed queries) */

@@ -284,9 +284,9 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
 /* The NVIDIA launch for d where those kernels take it (info->attention_mma, head dims up to
  * 256 in multiples of 8, and rows_aligned: every row of q, k and v at a multiple of 8
  * elements, for their 16-byte loads): the tensor cores for q, k and v of one storage type
- * (float32: head dims up to 128) with len_q above FCL_ATTENTION_DECODE_MAX_Q, the shuffle decode kernel for len_q up to it where GQA
- * groups are odd (1 included); returns 0 where neither does, and the caller plans the portable
- * path. */
+ * (float32: head dims up to 128) with len_q above FCL_ATTENTION_DECODE_MAX_Q, the shuffle
+ * decode kernel for len_q up to it where GQA groups are odd (1 included); returns 0 where
+ * neither does, and the caller plans the portable path. */
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch);
 /* The tensor-core launch of GQA decoding as rows of a kv head (d: fcl_attention_gqa_rows's),

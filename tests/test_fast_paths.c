@@ -1,11 +1,11 @@
 /* The vendor fast paths against the portable path and the float64 reference, on the device
  * the tests run on: NVIDIA's prefill on the tensor cores (FCL_ATTENTION_PATH_MMA,
- * cl/attention_mma_nv.cl: f16, bf16, float32 by 3xTF32 and by TF32), GQA decoding as rows of a kv head on the same kernel, decode by
- * warp shuffles (FCL_ATTENTION_PATH_DECODE_NV, cl/attention_decode_nv.cl) and softmax
- * (cl/softmax_nv.cl). Each call runs twice, on the test context (the fast path where
- * the device has it) and on a context with them switched off (FLASHCL_TUNE=attention_mma=0):
- * both must match the reference, and each other. Elsewhere the same calls check that the
- * paths are off and say why. */
+ * cl/attention_mma_nv.cl: f16, bf16, float32 by 3xTF32 and by TF32), GQA decoding as rows
+ * of a kv head on the same kernel, decode by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV,
+ * cl/attention_decode_nv.cl) and softmax (cl/softmax_nv.cl). Each call runs twice, on the
+ * test context (the fast path where the device has it) and on a context with them switched
+ * off (FLASHCL_TUNE=attention_mma=0): both must match the reference, and each other.
+ * Elsewhere the same calls check that the paths are off and say why. */
 #define _POSIX_C_SOURCE 200809L /* setenv, strdup */
 #include "support.h"
 
@@ -199,6 +199,52 @@ static void test_mma_prefill_matches(void **state)
                 check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
                 attention_free_inputs(&r);
             }
+    fcl_context_destroy(portable);
+}
+
+/* Float32 on the tensor cores (3xTF32) documents that an infinite element of k makes every
+ * output it enters NaN (its small part is inf - inf), where float32 arithmetic gives +-inf
+ * scores: an infinite K element in kv head 1 gives NaN rows for the query heads of that kv
+ * head and leaves the other heads as the portable path has them. Elsewhere the call is held
+ * to the float64 reference. */
+static void test_mma_f32_infinite_input(void **state)
+{
+    (void)state;
+    attention_run r = {.d = {.batch = 1, .heads_q = 4, .heads_kv = 2, .len_q = 40, .len_kv = 50,
+                             .head_dim = 64}};
+    attention_contiguous_inputs(&r);
+    const fcl_attention_desc d = chk_attention_defaults(r.d);
+    chk_store((void *)r.io.k, FCL_DTYPE_F32,
+              chk_attention_offset(d.layout, d.heads_kv, d.len_kv, d.head_dim, 0, 1, 7) + 3,
+              INFINITY);
+    if (!mma_expected()) {
+        check_attention_run(&r);
+        attention_free_inputs(&r);
+        return;
+    }
+    assert_int_equal(path_of(support_ctx, &r.d), FCL_ATTENTION_PATH_MMA);
+    fcl_context *portable = portable_context();
+    float *fast = calloc(r.out_n, sizeof(float)), *slow = calloc(r.out_n, sizeof(float));
+    assert_true(fast && slow);
+    fcl_attention_host_io io = r.io;
+    io.lse = NULL;
+    io.out = fast;
+    assert_int_equal(fcl_attention_run_host(support_ctx, &r.d, &io), FCL_SUCCESS);
+    io.out = slow;
+    assert_int_equal(fcl_attention_run_host(portable, &r.d, &io), FCL_SUCCESS);
+    for (size_t h = 0; h < d.heads_q; h++)
+        for (size_t i = 0; i < d.len_q; i++) {
+            const size_t row =
+                chk_attention_offset(d.layout, d.heads_q, d.len_q, d.head_dim_v, 0, h, i);
+            for (size_t e = 0; e < d.head_dim_v; e++) {
+                const float got = fast[row + e], want = slow[row + e];
+                if (h / 2 == 1 ? !isnan(got) : !(fabsf(got - want) <= 5e-5f))
+                    fail_msg("head %zu query %zu element %zu: %.7g (portable %.7g)", h, i, e,
+                             got, want);
+            }
+        }
+    free(fast), free(slow);
+    attention_free_inputs(&r);
     fcl_context_destroy(portable);
 }
 
@@ -474,6 +520,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mma_path_is_planned_where_it_runs),
         cmocka_unit_test(test_mma_prefill_matches),
+        cmocka_unit_test(test_mma_f32_infinite_input),
         cmocka_unit_test(test_mma_features_match),
         cmocka_unit_test(test_decode_nv_matches),
         cmocka_unit_test(test_decode_nv_features_match),
