@@ -55,7 +55,7 @@ struct fcl_context {
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     /* The tensor-core kernels (cl/attention_mma_nv.cl, their own program), per bucket up to
-     * head dims 128 and kind (FCL_MMA_F16, ...); NULL where not built. */
+     * head dims 256 and kind (FCL_MMA_F16, ...); NULL where not built. */
     cl_program mma_program;
     cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* one-warp builds (gqa_rows) */
@@ -247,6 +247,8 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
 extern const char *const fcl_mma_kind_names[FCL_MMA_KINDS];
 /* The kind that runs d on the tensor cores (q and k of one storage type), else -1. */
 int fcl_plan_mma_kind(const fcl_attention_desc *d);
+/* Whether the kind takes float32 storage (products of TF32 values, FA_MMA_F32). */
+int fcl_mma_kind_f32(int kind);
 /* A tensor-core build's shape: warps a work-group (FA_MMA_WARPS), tiles of 16 query rows a
  * warp (FA_MMA_MT) and keys a tile (FA_MMA_BK), for a head-dim bucket and kind, in the
  * prefill build or the GQA decoding build (gqa_rows: one warp). */

@@ -741,13 +741,15 @@ int fcl_plan_mma_kind(const fcl_attention_desc *d)
     }
 }
 
+int fcl_mma_kind_f32(int kind) { return kind == FCL_MMA_F32 || kind == FCL_MMA_TF32; }
+
 /* f16 and bf16 at every bucket; float32 up to head dim 128 (at 256, q's and the output's
  * fragments alone would take 256 registers a lane), and not as GQA rows, which stay on the
  * portable decode kernel: on the H100 (B8 H32/8 D128, 8K keys) 3xTF32 rows took 0.360 ms and
  * the portable kernel 0.327, and the one-warp build spilled at head dim 128. */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
 {
-    return kind == FCL_MMA_F16 || kind == FCL_MMA_BF16 || (bucket < 2 && !gqa_rows);
+    return !fcl_mma_kind_f32(kind) || (bucket < 2 && !gqa_rows);
 }
 
 /* Warps of a tensor-core work-group, tiles of 16 query rows a warp and keys a tile, per
@@ -765,7 +767,7 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
  * own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at 8K keys, 0.27 with 8 warps). */
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
 {
-    const int f32 = kind == FCL_MMA_F32 || kind == FCL_MMA_TF32;
+    const int f32 = fcl_mma_kind_f32(kind);
     fcl_mma_shape sh = {.warps = 4, .row_tiles = 1, .block_kv = 64};
     if (bucket == 2 || (f32 && bucket == 1))
         sh.block_kv = 32;

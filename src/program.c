@@ -484,10 +484,11 @@ static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, 
 /* ---- the NVIDIA paths: a program of their own, so that a driver which cannot build or
  * run it leaves the portable kernels as they are ---- */
 
-/* One build of attention_mma_nv.cl: its bucket, product kind and shape. */
+/* One build of attention_mma_nv.cl: its bucket, product kind and shape. The products' PTX
+ * type is tf32 for float32 storage, else the kind's name (f16, bf16). */
 static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
 {
-    static const char *const ptx_type[FCL_MMA_KINDS] = {"f16", "bf16", "tf32", "tf32"};
+    const int f32 = fcl_mma_kind_f32(kind);
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
     text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
                 "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
@@ -496,8 +497,8 @@ static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
                 "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
                 "#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
              gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
-             fcl_attention_bucket_dim(bucket), ptx_type[kind],
-             kind == FCL_MMA_F32 || kind == FCL_MMA_TF32, kind == FCL_MMA_F32, sh.warps,
+             fcl_attention_bucket_dim(bucket), f32 ? "tf32" : fcl_mma_kind_names[kind], f32,
+             kind == FCL_MMA_F32, sh.warps,
              sh.row_tiles, sh.block_kv, FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
 }
 
