@@ -52,6 +52,16 @@ FCL_INLINE void fa_mma_copies_commit(void) { __asm__ volatile("cp.async.commit_g
 /* Waits for this work-item's copies; the barrier after it makes every work-item's visible. */
 FCL_INLINE void fa_mma_copies_wait(void) { __asm__ volatile("cp.async.wait_all;" ::: "memory"); }
 
+/* Four 8x8 matrices of 16-bit values: lanes 8i to 8i + 7 give the addresses of matrix i's
+ * rows; each lane gets, of each matrix, the elements (g, 2t) and (g, 2t + 1). */
+FCL_INLINE void fa_mma_load(__local const ushort *row, uint *r0, uint *r1, uint *r2, uint *r3)
+{
+    __asm__ volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(*r0), "=r"(*r1), "=r"(*r2), "=r"(*r3)
+                     : "r"(fa_mma_local_address(row))
+                     : "memory");
+}
+
 /* Four 8x8 matrices of 16-bit values, transposed: lanes 8i to 8i + 7 give the addresses of
  * matrix i's rows; each lane gets, of each matrix, the elements (2t, g) and (2t + 1, g). */
 FCL_INLINE void fa_mma_load_transposed(__local const ushort *row, uint *r0, uint *r1, uint *r2,
@@ -63,14 +73,21 @@ FCL_INLINE void fa_mma_load_transposed(__local const ushort *row, uint *r0, uint
                      : "memory");
 }
 
-/* A 32-bit word of two 16-bit values at p (an even index of a 4-byte aligned row). */
-FCL_INLINE uint fa_mma_pair(__local const ushort *p) { return *(__local const uint *)p; }
-
 /* The same from global memory, where the pair may lie past the end of the row (zeros). */
 FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
 {
     const uint lo = d < dim ? row[d] : 0, hi = d + 1 < dim ? row[d + 1] : 0;
     return lo | hi << 16;
+}
+
+/* 2^x, results below 2^-126 flushed to zero: one instruction (MUFU.EX2), where OpenCL's exp2
+ * keeps subnormal results at the cost of three more. The probabilities it gives are at most
+ * 1 and each row has one near 1, so what the flush drops is below float32's rounding of l. */
+FCL_INLINE float fa_mma_exp2(float x)
+{
+    float y;
+    __asm__("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* Per storage type T (f16, bf16): fa_mma_T(d, a, b0, b1) is d += a b for one 16x16 A fragment
@@ -150,13 +167,17 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_ROW(d) ((d) + 8)
 #endif
 #define FA_MMA_KSTEPS (FA_D / FA_MMA_KDIMS) /* products along q.k */
+/* The next tile's rows are looked up before the scores (16-bit types: 2-8% faster on the H100
+ * than after) or after them (float32, whose registers are fuller: 15% faster at head dim 64
+ * than before, and no spill at 128). */
+#define FA_MMA_EARLY_ROWS (!FA_MMA_F32)
 #define FA_MMA_CHUNK (16 / (uint)sizeof(FA_MMA_ELEM)) /* elements a 16-byte copy moves */
 
 /* Where rows [k0, k0 + FA_MMA_BK) of K and V start (k0 < end; rows past end repeat row k0),
  * for the tile copies: one lookup a key for both (a block-table load where paged), made once
- * a tile rather than by each of the copies of a row, which then waited on it. The caller's
- * barrier before (every copy of the last tiles issued) and this one after order the table's
- * writes and reads. */
+ * a tile rather than by each of the copies of a row, which then waited on it. The caller
+ * orders the writes after the reads of the tile that used k_at and v_at before (a barrier
+ * since its copies were issued) and before the reads (a barrier before the copies). */
 FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local ulong *v_at,
                                                   const fa_params *p, const fa_io *io,
                                                   const fa_seq *s, ulong k0, ulong end)
@@ -166,7 +187,6 @@ FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local 
         k_at[t] = fa_row_at(&s->k, at);
         v_at[t] = fa_row_at(&s->v, at);
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
 }
 
 /* Copies rows [k0, k0 + FA_MMA_BK) of a K or V tensor (row t at src + row_at[t]) into tile,
@@ -224,8 +244,9 @@ FCL_INLINE void FCL_CAT(fa_mma_f32, FA_NAME)(float *d, const float *a_big, const
 FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
                                                float (*qf)[FA_MMA_KSTEPS][4],
                                                __local const float (*k_tile)[FA_MMA_ROW(FA_D)],
-                                               uint g, uint t)
+                                               uint lane)
 {
+    const uint g = lane / 4, t = lane % 4;
     #pragma unroll
     for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
         float big[FA_MMA_MT][4], small[FA_MMA_MT][4];
@@ -283,21 +304,24 @@ FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ush
     }
 }
 
-/* s = q K^T over the tile: each K fragment read from local memory feeds every row tile. */
+/* s = q K^T over the tile: ldmatrix gives the B fragments of 8 keys for two products (32
+ * columns of q.k: matrix i holds columns 8i to 8i + 7), each fed to every row tile. */
 FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
                                                uint (*qf)[FA_MMA_KSTEPS][4],
                                                __local const ushort (*k_tile)[FA_MMA_ROW(FA_D)],
-                                               uint g, uint t)
+                                               uint lane)
 {
     #pragma unroll
     for (uint j = 0; j < FA_MMA_NKEYS; j++)
         #pragma unroll
-        for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++) {
-            const uint b0 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 2 * t]);
-            const uint b1 = fa_mma_pair(&k_tile[j * 8 + g][ks * 16 + 8 + 2 * t]);
+        for (uint ks = 0; ks < FA_MMA_KSTEPS; ks += 2) {
+            uint b[4];
+            fa_mma_load(&k_tile[j * 8 + lane % 8][ks * 16 + lane / 8 * 8], &b[0], &b[1], &b[2], &b[3]);
             #pragma unroll
-            for (uint mt = 0; mt < FA_MMA_MT; mt++)
-                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b0, b1);
+            for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b[0], b[1]);
+                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks + 1], b[2], b[3]);
+            }
         }
 }
 
@@ -342,7 +366,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     FA_GATHER_ARGS;
     __local FA_MMA_ELEM k_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
     __local FA_MMA_ELEM v_tile[FA_MMA_BK][FA_MMA_ROW(FA_D)] __attribute__((aligned(16)));
-    __local ulong k_at[FA_MMA_BK], v_at[FA_MMA_BK]; /* the tile's rows (fa_mma_tile_rows) */
+    /* The rows of the tile in use and of the next (fa_mma_tile_rows): the next tile's are
+     * looked up while the scores are computed, ordered by the barriers the loop has anyway. */
+    __local ulong k_at[2][FA_MMA_BK], v_at[2][FA_MMA_BK];
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     __global const FA_MMA_ELEM *q_all = (__global const FA_MMA_ELEM *)io->q;
     __global const FA_MMA_ELEM *k_all = (__global const FA_MMA_ELEM *)io->k;
@@ -364,8 +390,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
         const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
         if (w.kv_begin < w.kv_end) {
-            FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at, v_at, p, io, &w.s, w.kv_begin, w.kv_end);
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at, w.kv_begin, w.kv_end,
+            FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[0], v_at[0], p, io, &w.s, w.kv_begin, w.kv_end);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at[0], w.kv_begin, w.kv_end,
                                                (uint)p->head_dim);
             fa_mma_copies_commit();
         }
@@ -379,7 +406,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + row, r, t,
                                            inside ? (uint)p->head_dim : 0);
         }
-        float m[FA_MMA_ROWS], l[FA_MMA_ROWS]; /* l: this lane's part of the row's sum */
+        /* Each row's (m, l) in base 2: m the largest c s so far and l (this lane's part)
+         * the sum of 2^(c s - m), s the score as the modifiers leave it, c log2(e); one FFMA
+         * and one ex2 a score, as FlashAttention-2's softmax_scale_log2. Without modifiers
+         * q_scale joins c and the scores are not scaled one by one (for q_scale > 0 the
+         * largest q.k gives the largest score); not in float32, whose build at head dim 128
+         * then spilled (255 registers, ptxas -v) and ran 8% slower on the H100. */
+        const int scale_in_c = !FA_MMA_F32 && !(p->flags & FA_SCORE_MODIFIERS) && p->q_scale > 0.0f;
+        const float c = scale_in_c ? p->q_scale * M_LOG2E_F : M_LOG2E_F;
+        float m[FA_MMA_ROWS], l[FA_MMA_ROWS];
         float o[FA_MMA_MT][FA_MMA_NDIMS][4];
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
@@ -392,12 +427,17 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
 
-        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_MMA_BK) {
+        uint at = 0; /* k_at[at], v_at[at]: this tile's rows */
+        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_MMA_BK, at ^= 1) {
+            const int last = k0 + FA_MMA_BK >= w.kv_end;
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, v_at, k0, w.kv_end,
+            FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, v_at[at], k0, w.kv_end,
                                                (uint)p->head_dim_v);
             fa_mma_copies_commit();
+            if (FA_MMA_EARLY_ROWS && !last)
+                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], p, io, &w.s,
+                                                   k0 + FA_MMA_BK, w.kv_end);
 
             float s[FA_MMA_MT][FA_MMA_NKEYS][4];
             #pragma unroll
@@ -405,25 +445,30 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, k_tile, g, t);
+            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, k_tile, lane);
 
+            if (!FA_MMA_EARLY_ROWS && !last)
+                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], p, io, &w.s,
+                                                   k0 + FA_MMA_BK, w.kv_end);
             fa_mma_copies_wait();
-            barrier(CLK_LOCAL_MEM_FENCE); /* V tile in; every warp is done with the K tile */
-            if (k0 + FA_MMA_BK < w.kv_end) {
-                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at, v_at, p, io, &w.s, k0 + FA_MMA_BK, w.kv_end);
-                FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at, k0 + FA_MMA_BK, w.kv_end,
-                                                   (uint)p->head_dim);
+            /* V tile in; every warp is done with the K tile; the next tile's rows are known */
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (!last) {
+                FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at[at ^ 1], k0 + FA_MMA_BK,
+                                                   w.kv_end, (uint)p->head_dim);
                 fa_mma_copies_commit();
             }
 
-            /* Scores: q_scale q.k, then the modifiers one at a time, in the contract's order,
-             * a branch per tile rather than per score (as attention_tile.cl: on the H100 the
-             * softcap and ALiBi builds ran at 73 and 90 TFLOP/s with a call per score, against
-             * 132 plain), and -inf where hidden (checked key by key only where the tile is
-             * not all visible to this lane's rows). */
-            #pragma unroll
-            for (uint x = 0; x < FA_MMA_SCORES; x++)
-                FA_MMA_S(x) *= p->q_scale;
+            /* Scores: q_scale q.k (or q.k, where the scale is in c), then the modifiers one
+             * at a time, in the contract's order, a branch per tile rather than per score (as
+             * attention_tile.cl: on the H100 the softcap and ALiBi builds ran at 73 and 90
+             * TFLOP/s with a call per score, against 132 plain), and -inf where hidden
+             * (checked key by key only where the tile is not all visible to this lane's rows). */
+            if (!scale_in_c) {
+                #pragma unroll
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) *= p->q_scale;
+            }
             if (p->flags & FA_FLAG_SOFTCAP) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
@@ -451,7 +496,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
 
             /* Online statistics (docs/ALGORITHMS.md section 4): each row's max over its 4
-             * lanes, then p = exp(s - m), as in attention_tile.cl. */
+             * lanes, then p = 2^(c s - m). */
             float alpha[FA_MMA_ROWS], under[FA_MMA_ROWS], sum[FA_MMA_ROWS];
             #pragma unroll
             for (uint r = 0; r < FA_MMA_ROWS; r++) {
@@ -461,15 +506,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     top = fmax(top, fmax(s[r / 2][j][2 * (r % 2)], s[r / 2][j][2 * (r % 2) + 1]));
                 top = fmax(top, fcl_nv_shuffle_xor(top, 1));
                 top = fmax(top, fcl_nv_shuffle_xor(top, 2));
-                const float m_new = fmax(m[r], top);
-                alpha[r] = m_new == -INFINITY ? 1.0f : exp(m[r] - m_new);
+                const float m_new = fmax(m[r], top * c);
+                alpha[r] = m_new == -INFINITY ? 1.0f : fa_mma_exp2(m[r] - m_new);
                 under[r] = m_new == -INFINITY ? 0.0f : m_new;
                 m[r] = m_new;
                 sum[r] = 0.0f;
             }
             #pragma unroll
             for (uint x = 0; x < FA_MMA_SCORES; x++) {
-                FA_MMA_S(x) = fa_exp_under(FA_MMA_S(x), under[FA_MMA_ROW_OF(x)]);
+                FA_MMA_S(x) = fa_mma_exp2(fma(FA_MMA_S(x), c, -under[FA_MMA_ROW_OF(x)]));
                 sum[FA_MMA_ROW_OF(x)] += FA_MMA_S(x);
             }
             #pragma unroll
@@ -487,7 +532,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
 
-        /* l of each row: the sum of its 4 lanes' parts; then the rows are written. */
+        /* l of each row: the sum of its 4 lanes' parts; then the rows are written, with m in
+         * natural units (l is the sum of e^(s - m ln 2)). */
         const uint dim_v = (uint)p->head_dim_v;
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
@@ -495,7 +541,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             l[r] += fcl_nv_shuffle_xor(l[r], 2);
             if (qi[r] >= w.s.len_q)
                 continue;
-            const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r], l[r], t == 0);
+            const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r] * M_LN2_F, l[r], t == 0);
             #pragma unroll
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 #pragma unroll
@@ -520,3 +566,4 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_KDIMS
 #undef FA_MMA_ROW
 #undef FA_MMA_CHUNK
+#undef FA_MMA_EARLY_ROWS
