@@ -153,6 +153,7 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
 #if FA_MMA_F32
 #define FA_MMA_ELEM float /* storage element */
+#define FA_MMA_CHUNK 4     /* elements a 16-byte copy moves */
 #define FA_MMA_QWORD float /* a register of q's A fragments: one float32 value */
 #define FA_MMA_KDIMS 8
 /* Floats per local row: rows 16 bytes apart (cp.async), and a fragment load's 32 lanes in 32
@@ -160,6 +161,7 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_ROW(d) ((d) + 4)
 #else
 #define FA_MMA_ELEM ushort
+#define FA_MMA_CHUNK 8
 #define FA_MMA_QWORD uint /* two 16-bit values */
 #define FA_MMA_KDIMS 16
 /* Halves per local row: rows start 16 bytes apart (ldmatrix and cp.async need it), and the
@@ -171,7 +173,11 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * than after) or after them (float32, whose registers are fuller: 15% faster at head dim 64
  * than before, and no spill at 128). */
 #define FA_MMA_EARLY_ROWS (!FA_MMA_F32)
-#define FA_MMA_CHUNK (16 / (uint)sizeof(FA_MMA_ELEM)) /* elements a 16-byte copy moves */
+#define FA_MMA_ROW_CHUNKS (FA_D / FA_MMA_CHUNK)         /* 16-byte copies a tile row */
+#define FA_MMA_THREADS (FA_MMA_WARPS * 32)
+#if FA_MMA_THREADS % FA_MMA_ROW_CHUNKS || FA_MMA_BK * FA_MMA_ROW_CHUNKS % FA_MMA_THREADS
+#error "the tile copies of fa_mma_load_tile do not divide among the work-items"
+#endif
 
 /* Where rows [k0, k0 + FA_MMA_BK) of K and V start (k0 < end; rows past end repeat row k0),
  * for the tile copies: one lookup a key for both (a block-table load where paged), made once
@@ -182,7 +188,7 @@ FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local 
                                                   const fa_params *p, const fa_io *io,
                                                   const fa_seq *s, ulong k0, ulong end)
 {
-    for (uint t = get_local_id(0); t < FA_MMA_BK; t += FA_MMA_WARPS * 32) {
+    for (uint t = get_local_id(0); t < FA_MMA_BK; t += FA_MMA_THREADS) {
         const fa_place at = fa_place_of(p, io, &s->k, k0 + t < end ? k0 + t : k0);
         k_at[t] = fa_row_at(&s->k, at);
         v_at[t] = fa_row_at(&s->v, at);
@@ -196,9 +202,17 @@ FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local FA_MMA_ELEM (*tile)[F
                                                   __local const ulong *row_at, ulong k0,
                                                   ulong end, uint dim)
 {
-    for (uint c = get_local_id(0); c < FA_MMA_BK * (FA_D / FA_MMA_CHUNK); c += FA_MMA_WARPS * 32) {
-        const uint row = c / (FA_D / FA_MMA_CHUNK), col = c % (FA_D / FA_MMA_CHUNK) * FA_MMA_CHUNK;
-        const int inside = k0 + row < end && col < dim;
+    /* Copy i of a work-item is chunk lid + i FA_MMA_THREADS: the same column each time, rows
+     * FA_MMA_THREADS / FA_MMA_ROW_CHUNKS apart (both divide: the #error by the defines), so
+     * the unrolled loop's rows and addresses are constant offsets (on the H100 13-19% faster
+     * in f16 and 6-8% in float32 than a loop that divided each chunk index). */
+    const uint lid = get_local_id(0), row0 = lid / FA_MMA_ROW_CHUNKS;
+    const uint col = lid % FA_MMA_ROW_CHUNKS * FA_MMA_CHUNK;
+    const ulong rows_left = end - k0;
+    #pragma unroll
+    for (uint i = 0; i < FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS; i++) {
+        const uint row = row0 + i * (FA_MMA_THREADS / FA_MMA_ROW_CHUNKS);
+        const int inside = row < rows_left && col < dim;
         __global const FA_MMA_ELEM *from = inside ? src + row_at[row] + col : src;
         fa_mma_copy16(&tile[row][col], from, inside ? 16 : 0);
     }
@@ -566,4 +580,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_KDIMS
 #undef FA_MMA_ROW
 #undef FA_MMA_CHUNK
+#undef FA_MMA_ROW_CHUNKS
+#undef FA_MMA_THREADS
 #undef FA_MMA_EARLY_ROWS
