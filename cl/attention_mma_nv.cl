@@ -330,7 +330,8 @@ FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
         #pragma unroll
         for (uint ks = 0; ks < FA_MMA_KSTEPS; ks += 2) {
             uint b[4];
-            fa_mma_load(&k_tile[j * 8 + lane % 8][ks * 16 + lane / 8 * 8], &b[0], &b[1], &b[2], &b[3]);
+            fa_mma_load(&k_tile[j * 8 + lane % 8][ks * 16 + lane / 8 * 8], &b[0], &b[1], &b[2],
+                        &b[3]);
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++) {
                 FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b[0], b[1]);
