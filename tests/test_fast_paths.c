@@ -177,7 +177,8 @@ static const struct mma_kind {
 
 /* Prefill shapes in every kind: GQA, odd lengths (a partial last tile of queries and of
  * keys), both causal rules and none, head dims of every bucket (72: columns past it are
- * zeros; 200 and 256 in f16 and bf16 only), split-KV, lse; a NaN in one query row stays in
+ * zeros; 200 and 256 in f16 and bf16 only), split-KV, lse, a negative scale (the kernel folds
+ * the scale into its exponent only where it is positive); a NaN in one query row stays in
  * that row. */
 static void test_mma_prefill_matches(void **state)
 {
@@ -195,8 +196,8 @@ static void test_mma_prefill_matches(void **state)
                 attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = shapes[k][0],
                                          .len_kv = shapes[k][1], .head_dim = shapes[k][2],
                                          .kv_splits = shapes[k][3], .causal = (fcl_causal)causal,
-                                         .dtype_q = t, .dtype_kv = t,
-                                         .precision = mma_kinds[i].precision}};
+                                         .scale = k == 3 ? -0.2f : 0.0f, .dtype_q = t,
+                                         .dtype_kv = t, .precision = mma_kinds[i].precision}};
                 attention_contiguous_inputs(&r);
                 if (k == 0 && causal == 0) /* a NaN at row 7 of batch 1, head 3 */
                     chk_store((void *)r.io.q, t,
