@@ -13,19 +13,22 @@
  *               (float32 storage, m16n8k8)
  *   FA_MMA_SPLIT with tf32: 1 for float32 accuracy by 3xTF32 (FCL_PRECISION_F32), 0 for one
  *               TF32 product (FCL_PRECISION_TF32)
- *   FA_MMA_WARPS warps a work-group, FA_MMA_MT tiles of 16 query rows a warp and FA_MMA_BK
- *               keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
+ *   FA_MMA_WARPS warps a work-group, FA_MMA_KWARPS of them a row tile (each taking its
+ *               share of every key tile), FA_MMA_MT tiles of 16 query rows a warp and
+ *               FA_MMA_BK keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
  *   FA_FEATURES the features compiled in (attention_args.h)
  *
  * A work-group of FA_MMA_WARPS warps owns FA_MMA_BQ query rows of one (batch, head), 16
  * FA_MMA_MT rows a warp. Each warp keeps its rows of q in registers as mma A fragments (each
- * K and V fragment it reads then feeds FA_MMA_MT products); K and V tiles of
- * FA_MMA_BK keys are copied into local memory by cp.async (the V tile while the scores of
- * the K tile are computed, the next K tile while the V tile is used); S = q K^T and O += P V
- * are mma.sync with float32 accumulators; the online softmax (m, l) of each row runs
- * in the registers of the 4 lanes that hold the row, reduced by shfl.sync; P is rounded to the
- * storage type for the second product, as FlashAttention-2 does (float32 storage: split as q,
- * k and v are). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16" and
+ * K and V fragment it reads then feeds FA_MMA_MT products). Prefill gives each warp rows of
+ * its own; GQA decoding (a group's heads as the rows of one tile) gives FA_MMA_KWARPS warps
+ * the same rows and each a share of the keys, whose states are merged at the end. K and V
+ * tiles of FA_MMA_BK keys are copied into local memory by cp.async (the V tile while the
+ * scores of the K tile are computed, the next K tile while the V tile is used); S = q K^T
+ * and O += P V are mma.sync with float32 accumulators; the online softmax (m, l) of each row
+ * runs in the registers of the 4 lanes that hold the row, reduced by shfl.sync; P is rounded
+ * to the storage type for the second product, as FlashAttention-2 does (float32 storage:
+ * split as q, k and v are). Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16" and
  * "mma.m16n8k8": lane = 4 g + t holds rows g and g + 8 of the accumulators, columns 2t and
  * 2t + 1, whatever the type.
  */
@@ -144,9 +147,14 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_SCORES (FA_MMA_MT * FA_MMA_NKEYS * 4)
 #define FA_MMA_S(x) s[(x) / (FA_MMA_NKEYS * 4)][(x) / 4 % FA_MMA_NKEYS][(x) % 4]
 #define FA_MMA_ROW_OF(x) ((x) / (FA_MMA_NKEYS * 4) * 2 + (x) % 4 / 2)
-#define FA_MMA_KEY(x) (k0 + (x) / 4 % FA_MMA_NKEYS * 8 + 2 * t + (x) % 2)
-#define FA_MMA_BQ (FA_MMA_WARPS * 16 * FA_MMA_MT) /* queries a work-group */
-#define FA_MMA_NKEYS (FA_MMA_BK / 8)  /* 8-key blocks of a score tile */
+#define FA_MMA_KEY(x) (k0 + kw * FA_MMA_WKEYS + (x) / 4 % FA_MMA_NKEYS * 8 + 2 * t + (x) % 2)
+/* A lane's row r in its work-group's block of FA_MMA_BQ: row g + 8 (r % 2) of row tile r / 2
+ * of the warp's row tiles */
+#define FA_MMA_BLOCK_ROW(r) ((rw * FA_MMA_MT + (r) / 2) * 16 + g + 8 * ((r) % 2))
+#define FA_MMA_ROW_WARPS (FA_MMA_WARPS / FA_MMA_KWARPS) /* warps with rows of their own */
+#define FA_MMA_BQ (FA_MMA_ROW_WARPS * 16 * FA_MMA_MT)    /* queries a work-group */
+#define FA_MMA_WKEYS (FA_MMA_BK / FA_MMA_KWARPS)         /* keys of a tile a warp takes */
+#define FA_MMA_NKEYS (FA_MMA_WKEYS / 8)                  /* 8-key blocks of a warp's scores */
 #define FA_MMA_NDIMS (FA_D / 8)   /* 8-column blocks of the output */
 
 /* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
@@ -177,6 +185,11 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_THREADS (FA_MMA_WARPS * 32)
 #if FA_MMA_THREADS % FA_MMA_ROW_CHUNKS || FA_MMA_BK * FA_MMA_ROW_CHUNKS % FA_MMA_THREADS
 #error "the tile copies of fa_mma_load_tile do not divide among the work-items"
+#endif
+#if FA_MMA_WARPS % FA_MMA_KWARPS || FA_MMA_WKEYS % (FA_MMA_F32 ? 8 : 16) ||                   \
+    (FA_MMA_KWARPS > 1 &&                                                                      \
+     FA_MMA_BQ * FA_D * 4 > FA_MMA_BK * FA_MMA_ROW(FA_D) * (FA_MMA_F32 ? 4 : 2))
+#error "the key warps' shares of a tile, or their merge in the K tile, do not fit"
 #endif
 
 /* Where rows [k0, k0 + FA_MMA_BK) of K and V start (k0 < end; rows past end repeat row k0),
@@ -349,7 +362,7 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
                                                    uint lane)
 {
     #pragma unroll
-    for (uint kk = 0; kk < FA_MMA_BK / 16; kk++) {
+    for (uint kk = 0; kk < FA_MMA_WKEYS / 16; kk++) {
         uint pf[FA_MMA_MT][4];
         #pragma unroll
         for (uint mt = 0; mt < FA_MMA_MT; mt++) {
@@ -375,6 +388,69 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
 }
 #endif
 
+#if FA_MMA_KWARPS > 1
+/* The (m, l, o) of the key warps that share a row tile (each saw its share of every key
+ * tile) made one, as split-KV's partial results are (docs/ALGORITHMS.md section 5): every
+ * warp gets each row's m and l over all of them, its o rescaled to that m, and the last
+ * warp the sum of the o's, added up in acc (the K tile's memory, free after the loop) one
+ * warp after another. m in base 2, l summed over a row's lanes. */
+FCL_INLINE void FCL_CAT(fa_mma_merge_key_warps, FA_NAME)(float *m, float *l,
+                                                        float (*o)[FA_MMA_NDIMS][4],
+                                                        __local float (*part_m)[FA_MMA_BQ],
+                                                        __local float (*part_l)[FA_MMA_BQ],
+                                                        __local float (*acc)[FA_D], uint rw,
+                                                        uint kw, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++) {
+        const uint row = FA_MMA_BLOCK_ROW(r);
+        part_m[kw][row] = m[r];
+        part_l[kw][row] = l[r];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++) {
+        const uint row = FA_MMA_BLOCK_ROW(r);
+        float m_all = -INFINITY, l_all = 0.0f;
+        for (uint other = 0; other < FA_MMA_KWARPS; other++)
+            m_all = fmax(m_all, part_m[other][row]);
+        for (uint other = 0; other < FA_MMA_KWARPS; other++)
+            l_all += part_m[other][row] == -INFINITY
+                         ? 0.0f
+                         : part_l[other][row] * fa_mma_exp2(part_m[other][row] - m_all);
+        const float scale = m[r] == -INFINITY ? 0.0f : fa_mma_exp2(m[r] - m_all);
+        m[r] = m_all;
+        l[r] = l_all;
+        #pragma unroll
+        for (uint n = 0; n < FA_MMA_NDIMS; n++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++)
+                o[r / 2][n][2 * (r % 2) + e] *= scale;
+    }
+    for (uint turn = 0; turn < FA_MMA_KWARPS; turn++) {
+        if (kw == turn) {
+            #pragma unroll
+            for (uint r = 0; r < FA_MMA_ROWS; r++) {
+                const uint row = FA_MMA_BLOCK_ROW(r);
+                #pragma unroll
+                for (uint n = 0; n < FA_MMA_NDIMS; n++)
+                    #pragma unroll
+                    for (uint e = 0; e < 2; e++) {
+                        float *x = &o[r / 2][n][2 * (r % 2) + e];
+                        if (turn > 0)
+                            *x += acc[row][n * 8 + 2 * t + e];
+                        if (turn < FA_MMA_KWARPS - 1)
+                            acc[row][n * 8 + 2 * t + e] = *x;
+                    }
+            }
+        }
+        if (turn < FA_MMA_KWARPS - 1)
+            barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+#endif
+
 __kernel __attribute__((reqd_work_group_size(FA_MMA_WARPS * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
@@ -384,7 +460,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     /* The rows of the tile in use and of the next (fa_mma_tile_rows): the next tile's are
      * looked up while the scores are computed, ordered by the barriers the loop has anyway. */
     __local ulong k_at[2][FA_MMA_BK], v_at[2][FA_MMA_BK];
+#if FA_MMA_KWARPS > 1
+    __local float part_m[FA_MMA_KWARPS][FA_MMA_BQ], part_l[FA_MMA_KWARPS][FA_MMA_BQ];
+#endif
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
+    const uint rw = warp / FA_MMA_KWARPS, kw = warp % FA_MMA_KWARPS; /* row tiles, key share */
     __global const FA_MMA_ELEM *q_all = (__global const FA_MMA_ELEM *)io->q;
     __global const FA_MMA_ELEM *k_all = (__global const FA_MMA_ELEM *)io->k;
     __global const FA_MMA_ELEM *v_all = (__global const FA_MMA_ELEM *)io->v;
@@ -394,13 +474,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const fa_work w = fa_locate(p, io, step, FA_MMA_BQ, 1);
         if (w.q0 >= w.s.len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
-        /* This lane's rows (row r: row g + 8 (r % 2) of the warp's 16-row tile r / 2), and
-         * the keys each may see. */
+        /* This lane's rows and the keys each may see. */
         ulong qi[FA_MMA_ROWS];
         int2 vis[FA_MMA_ROWS];
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
-            qi[r] = w.q0 + (warp * FA_MMA_MT + r / 2) * 16 + g + 8 * (r % 2);
+            qi[r] = w.q0 + FA_MMA_BLOCK_ROW(r);
             vis[r] = fa_visible_keys(p, &w, qi[r]);
         }
         const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
@@ -460,7 +539,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, k_tile, lane);
+            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], lane);
 
             if (!FA_MMA_EARLY_ROWS && !last)
                 FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], p, io, &w.s,
@@ -500,10 +579,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     FA_MMA_S(x) = fa_masked(p, io, &w, FA_MMA_S(x), qi[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x),
                                             slope, !fa_hidden(vis[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x)));
             }
+            const long first = k0 + kw * FA_MMA_WKEYS, final = first + FA_MMA_WKEYS - 1;
             int sees_all = 1;
             #pragma unroll
             for (uint r = 0; r < FA_MMA_ROWS; r++)
-                sees_all &= (long)k0 >= vis[r].x && (long)(k0 + FA_MMA_BK - 1) <= vis[r].y;
+                sees_all &= first >= vis[r].x && final <= vis[r].y;
             if (!sees_all) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
@@ -543,17 +623,26 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 4; e++)
                         o[mt][n][e] *= alpha[2 * mt + e / 2];
 
-            FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, v_tile, lane);
+            FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
 
-        /* l of each row: the sum of its 4 lanes' parts; then the rows are written, with m in
-         * natural units (l is the sum of e^(s - m ln 2)). */
-        const uint dim_v = (uint)p->head_dim_v;
+        /* l of each row: the sum of its 4 lanes' parts; then the key warps' states merged
+         * and the rows written, with m in natural units (l is the sum of e^(s - m ln 2)). */
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
             l[r] += fcl_nv_shuffle_xor(l[r], 1);
             l[r] += fcl_nv_shuffle_xor(l[r], 2);
+        }
+#if FA_MMA_KWARPS > 1
+        FCL_CAT(fa_mma_merge_key_warps, FA_NAME)(m, l, o, part_m, part_l,
+                                                 (__local float (*)[FA_D])k_tile, rw, kw, lane);
+        if (kw != FA_MMA_KWARPS - 1)
+            continue; /* the last key warp writes the rows */
+#endif
+        const uint dim_v = (uint)p->head_dim_v;
+        #pragma unroll
+        for (uint r = 0; r < FA_MMA_ROWS; r++) {
             if (qi[r] >= w.s.len_q)
                 continue;
             const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r] * M_LN2_F, l[r], t == 0);
@@ -572,7 +661,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_S
 #undef FA_MMA_ROW_OF
 #undef FA_MMA_KEY
+#undef FA_MMA_BLOCK_ROW
 #undef FA_MMA_BQ
+#undef FA_MMA_WKEYS
+#undef FA_MMA_ROW_WARPS
 #undef FA_MMA_KSTEPS
 #undef FA_MMA_NKEYS
 #undef FA_MMA_NDIMS

@@ -58,7 +58,7 @@ struct fcl_context {
      * head dims 256 and kind (FCL_MMA_F16, ...); NULL where not built. */
     cl_program mma_program;
     cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
-    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* one-warp builds (gqa_rows) */
+    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
      * bucket and feature set (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -249,14 +249,15 @@ extern const char *const fcl_mma_kind_names[FCL_MMA_KINDS];
 int fcl_plan_mma_kind(const fcl_attention_desc *d);
 /* Whether the kind takes float32 storage (products of TF32 values, FA_MMA_F32). */
 int fcl_mma_kind_f32(int kind);
-/* A tensor-core build's shape: warps a work-group (FA_MMA_WARPS), tiles of 16 query rows a
+/* A tensor-core build's shape: warps a work-group (FA_MMA_WARPS), of which key_warps share
+ * each row tile, a share of each key tile apiece (FA_MMA_KWARPS), tiles of 16 query rows a
  * warp (FA_MMA_MT) and keys a tile (FA_MMA_BK), for a head-dim bucket and kind, in the
- * prefill build or the GQA decoding build (gqa_rows: one warp). */
+ * prefill build or the GQA decoding build (gqa_rows: one row tile). */
 typedef struct fcl_mma_shape {
-    size_t warps, row_tiles, block_kv;
+    size_t warps, key_warps, row_tiles, block_kv;
 } fcl_mma_shape;
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
-/* Whether the kind has a build for the bucket, in the prefill build or the one-warp build
+/* Whether the kind has a build for the bucket, in the prefill build or the GQA build
  * (gqa_rows). */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
@@ -273,7 +274,7 @@ typedef struct fcl_attention_launch {
     size_t split_len; /* keys per split, a multiple of block_kv */
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
-    int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the one-warp build, GQA decoding as rows */
+    int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the GQA build, GQA decoding as rows */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
 } fcl_attention_launch;
@@ -292,7 +293,7 @@ fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_d
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch);
 /* The tensor-core launch of GQA decoding as rows of a kv head (d: fcl_attention_gqa_rows's),
- * on the kernel's one-warp build, where that path takes d's shape; else 0. */
+ * on the kernel's GQA build, where that path takes d's shape; else 0. */
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
                                 int rows_aligned, fcl_attention_launch *launch);
 

@@ -386,6 +386,20 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
 /* Decode streams K and V: many small groups in flight, a split of at least this many keys. */
 #define FCL_ATTENTION_DECODE_GROUPS_PER_CU 16
 #define FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT 256
+/* One wave of decode work-groups: as many key splits as give at most this many work-groups
+ * a compute unit, each taking a long split, rather than many short ones in several waves
+ * (rounding up left some SMs one work-group more than others). On the H100 (B8 H32/8, 8K
+ * and 32K keys, same calls): the tensor cores' GQA rows 0.13-0.14 / 0.41-0.43 ms in f16 with
+ * 8 splits, against 0.14-0.18 / 0.49-0.51 with 9 (one warp a row tile and 32 splits, the
+ * earlier plan: 0.21 / 0.50-0.53); at head dim
+ * 256, whose build holds fewer work-groups an SM (o alone is 128 registers a lane), 4
+ * splits 0.24 ms and 8 0.31. The portable decode kernel (float32's GQA decoding) 0.26-0.27
+ * / 0.90-0.93 with 8, against 0.31-0.37 / 0.96-1.11 with 32. */
+#define FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 2 : 4)
+/* The portable decode kernel takes one wave only where that leaves this many splits: with
+ * 2 (B8 H32 multi-head) it ran up to 1.8x slower than with 8. Measured on NVIDIA alone, so
+ * other GPUs keep many short splits. */
+#define FCL_ATTENTION_ONE_WAVE_MIN_SPLITS 8
 
 size_t fcl_attention_bucket_dim(int bucket) { return bucket_dims[bucket]; }
 
@@ -521,16 +535,18 @@ static size_t decode_heads_step(const fcl_attention_desc *d)
     return step;
 }
 
-/* Key splits: as forced, else enough to give `fill` work-groups, each split at least
- * min_tiles key tiles long. */
+/* Key splits: as forced, else enough to give `fill` work-groups (one_wave: at most that
+ * many), each split at least min_tiles key tiles long. */
 static size_t attention_splits(const fcl_attention_desc *d, size_t work, size_t fill,
-                               size_t kv_tiles, size_t min_tiles)
+                               int one_wave, size_t kv_tiles, size_t min_tiles)
 {
     size_t splits;
     if (d->kv_splits)
         splits = d->kv_splits;
     else
-        splits = work >= fill ? 1 : min_size(ceil_div(fill, work), kv_tiles / min_tiles);
+        splits = work >= fill ? 1
+                              : min_size(one_wave ? fill / work : ceil_div(fill, work),
+                                         kv_tiles / min_tiles);
     splits = min_size(min_size(splits, kv_tiles), FA_MAX_SPLITS);
     return splits ? splits : 1;
 }
@@ -638,8 +654,9 @@ static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size
 
 /* A launch of path with blocks of bq queries and bk keys: the key splits that fill the
  * device (within the scratch memory and the loop cap) and the work-groups. decode: a step
- * holds one query row (or a GQA group's rows): many short key splits fill the device, and the
- * portable decode kernel takes GQA groups together. */
+ * holds one query row (or a GQA group's rows): many short key splits fill the device, or one
+ * wave of longer ones (FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU), and the portable decode kernel
+ * takes GQA groups together. */
 static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_path path, int decode, int bucket, size_t bq,
                               size_t bk, size_t work_group_size, fcl_attention_launch *launch)
@@ -647,12 +664,18 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t heads_step = path == FCL_ATTENTION_PATH_DECODE ? decode_heads_step(d) : 1;
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
-    size_t fill = (size_t)info->compute_units *
-                  (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
-                   : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
+    const size_t wave = (size_t)info->compute_units * FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket);
+    const int one_wave = (path == FCL_ATTENTION_PATH_MMA && decode) || /* GQA rows */
+                         (path == FCL_ATTENTION_PATH_DECODE && info->nv_compute_capability &&
+                          work && wave / work >= FCL_ATTENTION_ONE_WAVE_MIN_SPLITS);
+    size_t fill = one_wave ? wave
+                  : (size_t)info->compute_units *
+                        (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
+                         : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
     size_t min_tiles = decode ? ceil_div(FCL_ATTENTION_DECODE_MIN_KEYS_PER_SPLIT, bk)
                               : FCL_ATTENTION_MIN_TILES_PER_SPLIT;
-    size_t splits = scratch_bounded_splits(info, d, attention_splits(d, work, fill, kv_tiles, min_tiles));
+    size_t splits = scratch_bounded_splits(
+        info, d, attention_splits(d, work, fill, one_wave, kv_tiles, min_tiles));
     size_t max_groups = (size_t)info->compute_units * FCL_GROUPS_PER_CU;
     size_t groups = 0;
     loop_cost cost = path_loop_cost(info, path, bucket, bq, bk, work_group_size);
@@ -746,7 +769,7 @@ int fcl_mma_kind_f32(int kind) { return kind == FCL_MMA_F32 || kind == FCL_MMA_T
 /* f16 and bf16 at every bucket; float32 up to head dim 128 (at 256, q's and the output's
  * fragments alone would take 256 registers a lane), and not as GQA rows, which stay on the
  * portable decode kernel: on the H100 (B8 H32/8 D128, 8K keys) 3xTF32 rows took 0.360 ms and
- * the portable kernel 0.327, and the one-warp build spilled at head dim 128. */
+ * the portable kernel 0.327, and the GQA build (one warp then) spilled at head dim 128. */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
 {
     return !fcl_mma_kind_f32(kind) || (bucket < 2 && !gqa_rows);
@@ -763,16 +786,19 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
  * 4 x 1 gave 48-49 TFLOP/s at both head dims, 4 x 2 at 64 and 8 x 1 at 128 no more, 2 x 1
  * 43). Head dim 256 (f16, bf16): 8 warps of one tile and 32-key tiles, as float32 at 128
  * (its K and V tiles take as many bytes): 183 TFLOP/s, 4 warps 171. GQA decoding's rows (a
- * group's heads, 16 rows at most a tile) take one warp: 6 work-groups an SM, each with its
- * own tiles in flight (B8 H32/8 D128 f16: 0.19-0.22 ms at 8K keys, 0.27 with 8 warps). */
+ * group's heads, 16 rows at most a tile) take one row tile and two warps, each with half of
+ * every key tile (key_warps): 6 work-groups an SM, each with its own tiles in flight. On the
+ * H100 (B8 H32/8 f16, 8K keys, splits of one wave) 2 key warps against 1 and 4: 0.141 /
+ * 0.140 / 0.144 ms at head dim 128, 0.084 / 0.091 / 0.093 at 64, and with groups of 8 heads
+ * (H32/4) 0.088 / 0.095 / 0.090; 8 warps of 16 rows each took 0.27. */
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
 {
     const int f32 = fcl_mma_kind_f32(kind);
-    fcl_mma_shape sh = {.warps = 4, .row_tiles = 1, .block_kv = 64};
+    fcl_mma_shape sh = {.warps = 4, .key_warps = 1, .row_tiles = 1, .block_kv = 64};
     if (bucket == 2 || (f32 && bucket == 1))
         sh.block_kv = 32;
     if (gqa_rows)
-        sh.warps = 1;
+        sh.warps = sh.key_warps = 2;
     else if (!f32 && bucket == 0)
         sh.row_tiles = 2;
     else if (!f32)
@@ -792,7 +818,7 @@ static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *
 }
 
 /* The tensor-core launch of d: prefill, or (gqa_rows) GQA decoding as rows of a kv head on
- * the kernel's one-warp build. */
+ * the kernel's GQA build. */
 static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_desc *d, int bucket,
                              int gqa_rows, fcl_attention_launch *launch)
 {
@@ -800,7 +826,8 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
     if (bucket < 0 || kind < 0 || !fcl_plan_mma_built(bucket, kind, gqa_rows))
         return 0;
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
-    if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket, sh.warps * 16 * sh.row_tiles,
+    if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
+                    sh.warps / sh.key_warps * 16 * sh.row_tiles,
                     sh.block_kv, sh.warps * 32, launch) != FCL_SUCCESS)
         return 0;
     launch->gqa_rows = gqa_rows;

@@ -492,14 +492,15 @@ static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
     text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
                 "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
-                "#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n#define FA_FEATURES 0x%xu\n"
+                "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
+                "#define FA_FEATURES 0x%xu\n"
                 "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
                 "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
-                "#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
+                "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
              gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
              fcl_attention_bucket_dim(bucket), f32 ? "tf32" : fcl_mma_kind_names[kind], f32,
-             kind == FCL_MMA_F32, sh.warps,
-             sh.row_tiles, sh.block_kv, FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+             kind == FCL_MMA_F32, sh.warps, sh.key_warps, sh.row_tiles, sh.block_kv,
+             FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
 }
 
 char *fcl_mma_kernel_source(void)
@@ -510,7 +511,7 @@ char *fcl_mma_kernel_source(void)
     text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
              fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int rows = 0; rows <= 1; rows++) /* prefill, and the one-warp builds (gqa_rows) */
+        for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
             for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
                 if (fcl_plan_mma_built(b, kind, rows))
                     add_mma_build(&t, b, kind, rows);

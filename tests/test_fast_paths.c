@@ -400,8 +400,9 @@ static void test_decode_nv_features_match(void **state)
 
 /* Decoding one query row with GQA groups in f16 and bf16 (float32 keeps the portable decode
  * kernel: test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv
- * head on the tensor cores (lse, bottom-right causality, softcap, split-KV, a shuffled paged
- * cache with an empty sequence); the features that depend on the query's position or head
+ * head on the tensor cores, two warps a row tile with half the keys each (lse, bottom-right
+ * causality, softcap, split-KV, a NaN key and infinite queries, a shuffled paged cache with
+ * an empty sequence); the features that depend on the query's position or head
  * keep the portable decode kernel. */
 static void test_gqa_decode_rows_match(void **state)
 {
@@ -418,6 +419,17 @@ static void test_gqa_decode_rows_match(void **state)
                                      .softcap = k == 1 ? 30.0f : 0.0f, .dtype_q = (fcl_dtype)t,
                                      .dtype_kv = (fcl_dtype)t}};
             attention_contiguous_inputs(&r);
+            if (k == 0) { /* through the merge of the key warps' states: a NaN key, +-inf */
+                const fcl_attention_desc f = chk_attention_defaults(r.d);
+                const size_t key77 =
+                    chk_attention_offset(f.layout, f.heads_kv, f.len_kv, f.head_dim, 1, 1, 77);
+                const size_t dim = f.head_dim;
+                const size_t q13 = chk_attention_offset(f.layout, f.heads_q, 1, dim, 1, 3, 0);
+                const size_t q26 = chk_attention_offset(f.layout, f.heads_q, 1, dim, 2, 6, 0);
+                chk_store((void *)r.io.k, f.dtype_kv, key77 + 3, NAN);
+                chk_store((void *)r.io.q, f.dtype_q, q13 + 9, INFINITY);
+                chk_store((void *)r.io.q, f.dtype_q, q26 + 1, -INFINITY);
+            }
             check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
             attention_free_inputs(&r);
         }

@@ -376,6 +376,19 @@ static void test_attention_splits(void **state)
     assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work_group_size == 128 && l.block_q == 1 && l.block_kv == 128);
     assert_int_equal(l.splits, 9); /* 2112 groups wanted / 256 queries, rounded up */
     assert_true(l.split_len * l.splits >= d.len_kv && l.split_len % l.block_kv == 0);
+    /* GQA 32/8 (4 query heads a step: 64 steps): many short splits where the device is not
+     * known to be NVIDIA's, one wave of 132 x 4 groups (8 splits) where it is; multi-head
+     * decoding keeps many short splits, one wave leaving it 2. */
+    fcl_attention_desc gqa = d;
+    gqa.heads_kv = 8;
+    assert_int_equal(fcl_plan_attention(&nv, &gqa, &l), FCL_SUCCESS);
+    assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.work == 64 && l.splits == 32);
+    fcl_device_info nv90 = nv;
+    nv90.nv_compute_capability = 90;
+    assert_int_equal(fcl_plan_attention(&nv90, &gqa, &l), FCL_SUCCESS);
+    assert_true(l.work == 64 && l.splits == 8);
+    assert_int_equal(fcl_plan_attention(&nv90, &d, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 9);
     /* The partials (256 rows of 130 floats a split) stay within a quarter of the largest
      * allocation: 3 splits fit in 4 x 3 splits' bytes, and none beside the output in less. */
     const size_t per_split = 8 * 32 * 130 * sizeof(float);
@@ -597,12 +610,18 @@ static void test_mma_path_rules(void **state)
     assert_true(l.block_q == 1 && l.block_kv == 128 && l.work_group_size == 128 &&
                 l.heads_step == 1 && l.q_tiles == 4);
     assert_false(fcl_plan_attention_mma(&nv, &decode, 0, &l)); /* rows not at multiples of 8 */
-    /* GQA decoding as rows of a kv head: the one-warp build, 16 rows a group. */
+    /* GQA decoding as rows of a kv head: 16 rows a group, two warps with half the keys each,
+     * and key splits that make one wave of work-groups (4 a compute unit at head dim 64). */
     fcl_attention_desc rows = decode;
     rows.heads_q = 2, rows.dtype_q = rows.dtype_kv = FCL_DTYPE_BF16;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
     assert_true(l.path == FCL_ATTENTION_PATH_MMA && l.gqa_rows && l.block_q == 16 &&
-                l.block_kv == 64 && l.work_group_size == 32);
+                l.block_kv == 64 && l.work_group_size == 64);
+    fcl_attention_desc engine = rows; /* B8 H32/8 at 8K keys, as rows: 64 steps */
+    engine.batch = 8, engine.heads_q = engine.heads_kv = 8, engine.len_kv = 8192;
+    engine.head_dim = engine.head_dim_v = 128;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, &l));
+    assert_true(l.work == 64 && l.splits == 8); /* 132 * 4 / 64 rounded down, not 32 */
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
     rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
     assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));

@@ -26,10 +26,11 @@ static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
-    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN]]\n"
+    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run.\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
-    "  c = causal (top-left), pN = K and V in a paged cache of N-token pages;\n"
+    "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
+    "  sN = N key splits (kv_splits) instead of the planner's;\n"
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n";
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
@@ -49,6 +50,7 @@ typedef struct bench_case {
     size_t page_size;            /* paged K/V cache (pages dealt in shuffled order) */
     int varlen;  /* packed sequences of alternately len/2 and 3 len/2 tokens (batch even) */
     int mods;    /* MOD_*; softmax: MOD_ALIBI | MOD_SINKS is ggml's soft_max_ext (below) */
+    size_t kv_splits; /* 0: the planner's */
 } bench_case;
 
 typedef struct bench_result {
@@ -58,17 +60,19 @@ typedef struct bench_result {
 } bench_result;
 
 #define MAX_CASES 64
-#define S(r, c) {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+#define S(r, c)                                                                                \
+    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0}
 #define A(b, h, lq, lk, d, c)                                                                  \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0}
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods, 0}
 
 /* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
  * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
 #define SX(r, c, h)                                                                            \
-    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, MOD_ALIBI | MOD_SINKS}
+    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32,                   \
+     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -297,7 +301,7 @@ static fcl_attention_desc attention_desc(const bench_case *c)
                             .head_dim = c->head_dim, .head_dim_v = c->head_dim_v,
                             .causal = c->causal ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
                             .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype,
-                            .precision = c->precision};
+                            .precision = c->precision, .kv_splits = c->kv_splits};
     if (c->page_size) {
         d.page_size = c->page_size;
         d.block_table_stride = (c->len_kv + c->page_size - 1) / c->page_size;
@@ -566,7 +570,8 @@ static fcl_dtype parse_dtype(const char *s)
                                                                           : FCL_DTYPE_F32;
 }
 
-/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c and ,pN in any order; 0 where malformed. */
+/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN and ,sN in any order; 0 where
+ * malformed. */
 static int parse_attention(const char *arg, bench_case *c)
 {
     size_t b, h, hkv = 0, lq, lk, d;
@@ -582,7 +587,8 @@ static int parse_attention(const char *arg, bench_case *c)
         int n = 0;
         if (strncmp(p, ",c", 2) == 0 && (p[2] == ',' || !p[2]))
             c->causal = 1, p += 2;
-        else if (sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size)
+        else if ((sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size) ||
+                 (sscanf(p, ",s%zu%n", &c->kv_splits, &n) == 1 && c->kv_splits))
             p += n;
         else
             return 0;
