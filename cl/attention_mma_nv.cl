@@ -76,7 +76,8 @@ FCL_INLINE void fa_mma_load_transposed(__local const ushort *row, uint *r0, uint
                      : "memory");
 }
 
-/* The same from global memory, where the pair may lie past the end of the row (zeros). */
+/* The 32-bit word of two 16-bit values d and d + 1 (d even) of a global row, zeros for those
+ * at or past dim. */
 FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
 {
     const uint lo = d < dim ? row[d] : 0, hi = d + 1 < dim ? row[d + 1] : 0;
@@ -415,9 +416,11 @@ FCL_INLINE void FCL_CAT(fa_mma_merge_key_warps, FA_NAME)(float *m, float *l,
         float m_all = -INFINITY, l_all = 0.0f;
         for (uint other = 0; other < FA_MMA_KWARPS; other++)
             m_all = fmax(m_all, part_m[other][row]);
+        /* A warp whose m is -inf adds its l as it is: 0 where it saw no key, NaN where its
+         * scores were NaN (fmax passed them over), which the row's lse must keep. */
         for (uint other = 0; other < FA_MMA_KWARPS; other++)
             l_all += part_m[other][row] == -INFINITY
-                         ? 0.0f
+                         ? part_l[other][row]
                          : part_l[other][row] * fa_mma_exp2(part_m[other][row] - m_all);
         const float scale = m[r] == -INFINITY ? 0.0f : fa_mma_exp2(m[r] - m_all);
         m[r] = m_all;

@@ -324,11 +324,26 @@ static void test_mma_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Hard values for a decoding run of at least 2 batches, 6 query heads, 2 kv heads and 78
+ * keys: a NaN in key 77 of kv head 1 (batch 1), +inf and -inf in one query (batch 1, head 2)
+ * and a NaN in another (batch 0, head 5: every score of that head NaN). */
+static void store_hard_decode_values(attention_run *r)
+{
+    const fcl_attention_desc f = chk_attention_defaults(r->d);
+    const size_t key77 = chk_attention_offset(f.layout, f.heads_kv, f.len_kv, f.head_dim, 1, 1, 77);
+    const size_t q12 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 1, 2, 0);
+    const size_t q05 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 0, 5, 0);
+    chk_store((void *)r->io.k, f.dtype_kv, key77 + 3, NAN);
+    chk_store((void *)r->io.q, f.dtype_q, q12 + 9, INFINITY);
+    chk_store((void *)r->io.q, f.dtype_q, q12 + 10, -INFINITY);
+    chk_store((void *)r->io.q, f.dtype_q, q05 + 1, NAN);
+}
+
 /* Decoding on the shuffle kernel in every storage type (and float32 queries over a bf16
  * cache): no GQA with 1 to 4 queries, and groups of 3 heads with 2 to 4 (one query of a group
  * runs as rows on the tensor cores: test_gqa_decode_rows_match); both causal rules and none,
- * head dims of every bucket (72: lanes past it idle), fewer keys than one step, split-KV, lse; a NaN in one K row, +-inf in one query and NaN in
- * another (every score of that head NaN). */
+ * head dims of every bucket (72: lanes past it idle), fewer keys than one step, split-KV, lse,
+ * and store_hard_decode_values's NaN key and infinite and NaN queries. */
 static void test_decode_nv_matches(void **state)
 {
     (void)state;
@@ -347,16 +362,8 @@ static void test_decode_nv_matches(void **state)
                                          .dtype_q = mixed ? FCL_DTYPE_F32 : (fcl_dtype)t,
                                          .dtype_kv = mixed ? FCL_DTYPE_BF16 : (fcl_dtype)t}};
                 attention_contiguous_inputs(&r);
-                if (k == 0 && causal == 0) {
-                    const fcl_attention_desc f = chk_attention_defaults(r.d);
-                    const size_t key77 = chk_attention_offset(f.layout, f.heads_kv, f.len_kv, f.head_dim, 1, 1, 77);
-                    const size_t q12 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 1, 2, 0);
-                    const size_t q05 = chk_attention_offset(f.layout, f.heads_q, f.len_q, f.head_dim, 0, 5, 0);
-                    chk_store((void *)r.io.k, f.dtype_kv, key77 + 3, NAN);
-                    chk_store((void *)r.io.q, f.dtype_q, q12 + 9, INFINITY);
-                    chk_store((void *)r.io.q, f.dtype_q, q12 + 10, -INFINITY);
-                    chk_store((void *)r.io.q, f.dtype_q, q05 + 1, NAN); /* every score of the head NaN */
-                }
+                if (k == 0 && causal == 0)
+                    store_hard_decode_values(&r);
                 check_both(portable, &r, FCL_ATTENTION_PATH_DECODE_NV);
                 attention_free_inputs(&r);
             }
@@ -401,9 +408,9 @@ static void test_decode_nv_features_match(void **state)
 /* Decoding one query row with GQA groups in f16 and bf16 (float32 keeps the portable decode
  * kernel: test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv
  * head on the tensor cores, two warps a row tile with half the keys each (lse, bottom-right
- * causality, softcap, split-KV, a NaN key and infinite queries, a shuffled paged cache with
- * an empty sequence); the features that depend on the query's position or head
- * keep the portable decode kernel. */
+ * causality, softcap, split-KV, store_hard_decode_values's NaN key and infinite and NaN
+ * queries, a shuffled paged cache with an empty sequence); the features that depend on the
+ * query's position or head keep the portable decode kernel. */
 static void test_gqa_decode_rows_match(void **state)
 {
     (void)state;
@@ -419,17 +426,8 @@ static void test_gqa_decode_rows_match(void **state)
                                      .softcap = k == 1 ? 30.0f : 0.0f, .dtype_q = (fcl_dtype)t,
                                      .dtype_kv = (fcl_dtype)t}};
             attention_contiguous_inputs(&r);
-            if (k == 0) { /* through the merge of the key warps' states: a NaN key, +-inf */
-                const fcl_attention_desc f = chk_attention_defaults(r.d);
-                const size_t key77 =
-                    chk_attention_offset(f.layout, f.heads_kv, f.len_kv, f.head_dim, 1, 1, 77);
-                const size_t dim = f.head_dim;
-                const size_t q13 = chk_attention_offset(f.layout, f.heads_q, 1, dim, 1, 3, 0);
-                const size_t q26 = chk_attention_offset(f.layout, f.heads_q, 1, dim, 2, 6, 0);
-                chk_store((void *)r.io.k, f.dtype_kv, key77 + 3, NAN);
-                chk_store((void *)r.io.q, f.dtype_q, q13 + 9, INFINITY);
-                chk_store((void *)r.io.q, f.dtype_q, q26 + 1, -INFINITY);
-            }
+            if (k == 0) /* through the merge of the key warps' states */
+                store_hard_decode_values(&r);
             check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
             attention_free_inputs(&r);
         }
