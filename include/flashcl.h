@@ -224,8 +224,9 @@ typedef struct fcl_softmax_desc {
 FCL_API fcl_status fcl_softmax(fcl_context *ctx, const fcl_softmax_desc *d, cl_mem in, cl_mem mask,
                        cl_mem out, cl_mem lse, cl_uint n_wait, const cl_event *wait,
                        cl_event *done);
-/* Blocking, on host memory; allocates nothing it does not free. Padding between rows of
- * out (out_stride > cols) is left as it was. */
+/* Blocking, on host memory; allocates nothing it does not free but the context's scratch
+ * memory (SPLIT's partial statistics, kept for later calls). Padding between rows of out
+ * (out_stride > cols) is left as it was. */
 FCL_API fcl_status fcl_softmax_host(fcl_context *ctx, const fcl_softmax_desc *d, const void *in,
                             const float *mask, void *out, float *lse);
 /* The v0.2 buffers; NULL where absent. sinks float32 [heads]: one extra logit per head in
@@ -345,7 +346,8 @@ typedef struct fcl_attention_desc {
  * and the window; lse[b,h,i] (float32, [batch][heads_q][len_q]) = log-sum-exp of the row. A
  * query with no visible key gives out = 0 and lse = -inf (the sink, with sinks). The
  * len_q x len_kv scores are never stored; extra device memory is
- * O(batch * heads_q * len_q * head_dim_v) for the split-KV partials. mask (NULL unless
+ * O(batch * heads_q * len_q * head_dim_v) for the split-KV partials, which the context keeps
+ * for its later calls (grown as needed, freed by fcl_context_destroy). mask (NULL unless
  * mask_type is set) and lse may be NULL. */
 FCL_API fcl_status fcl_attention(fcl_context *ctx, const fcl_attention_desc *d, cl_mem q, cl_mem k,
                                  cl_mem v, cl_mem mask, cl_mem out, cl_mem lse, cl_uint n_wait,

@@ -176,70 +176,84 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
+/* The kernel of launch l compiled for the fewest features that cover flags (ALL covers every
+ * call, and is built wherever the path is). */
+static cl_kernel attention_kernel(const fcl_context *ctx, const fcl_attention_launch *l, cl_uint flags)
+{
+    if (l->path == FCL_ATTENTION_PATH_MMA)
+        return (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket][l->mma_kind];
+    const cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
+                               : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
+                                                   : ctx->attention[l->bucket][l->path];
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+        if (kernels[v] && !(flags & ~(cl_uint)fcl_attention_variant_features(v)))
+            return kernels[v];
+    return NULL;
+}
+
+/* Split-KV: kern writes partial results of p's rows into the context's scratch memory (after
+ * the last kernel that used it) and the merge combines them into the rows. */
+static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_attention_launch *l,
+                                size_t rows, size_t head_dim_v, fcl_attention_buffers *b,
+                                fcl_attention_params *p, cl_uint n_wait, const cl_event *wait,
+                                cl_event *done)
+{
+    fcl_wait_list after;
+    fcl_status s = fcl_scratch_buffer(ctx, FCL_SCRATCH_VALUES,
+                                      rows * l->splits * head_dim_v * sizeof(float), &b->partial_o);
+    if (s == FCL_SUCCESS)
+        s = fcl_scratch_buffer(ctx, FCL_SCRATCH_STATS, rows * l->splits * 2 * sizeof(float),
+                               &b->partial_ml);
+    if (s == FCL_SUCCESS)
+        s = fcl_scratch_wait_list(ctx, n_wait, wait, &after);
+    if (s != FCL_SUCCESS)
+        return s;
+    cl_event first = NULL, merged = NULL;
+    p->flags |= FA_FLAG_PARTIAL;
+    cl_int err = set_attention_args(kern, b, p);
+    if (err == CL_SUCCESS)
+        err = launch(ctx, kern, l->groups, l->work_group_size, after.n, after.events, &first);
+    fcl_wait_list_free(&after);
+    p->flags &= ~(cl_uint)FA_FLAG_PARTIAL; /* the merge writes the rows themselves */
+    if (err == CL_SUCCESS)
+        err = set_attention_args(ctx->attention_merge_splits, b, p);
+    /* Chained by event, so an out-of-order queue keeps the order too. */
+    if (err == CL_SUCCESS)
+        err = launch(ctx, ctx->attention_merge_splits,
+                     fcl_plan_merge_groups(&ctx->info, rows, l->splits, head_dim_v,
+                                           ctx->merge_work_group),
+                     ctx->merge_work_group, 1, &first, &merged);
+    if (merged || first) /* where the second launch failed, the first still wrote scratch */
+        fcl_scratch_used(ctx, merged ? merged : first);
+    if (first)
+        clReleaseEvent(first);
+    if (merged) {
+        if (done)
+            *done = merged;
+        else
+            clReleaseEvent(merged);
+    }
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
+}
+
 /* Enqueues the attention kernel, and with split-KV the merge; the caller holds ctx->lock. */
 static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
                           const fcl_attention_launch *l, fcl_attention_buffers *b, cl_uint n_wait,
                           const cl_event *wait, cl_event *done)
 {
-    const fcl_attention_desc *d = &pr->d;
     fcl_attention_params p = pr->params;
-    /* The kernel compiled for the fewest features that cover the call (ALL covers every
-     * call, and is built wherever the path is). */
-    cl_kernel kern = NULL;
-    if (l->path == FCL_ATTENTION_PATH_MMA) {
-        kern = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket][l->mma_kind];
-    } else {
-        cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
-                             : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
-                                                 : ctx->attention[l->bucket][l->path];
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS && !kern; v++)
-            if (!(p.flags & ~(cl_uint)fcl_attention_variant_features(v)))
-                kern = kernels[v];
-    }
-    cl_event first = NULL;
-    cl_int err = CL_SUCCESS;
-    const size_t rows = d->batch * d->heads_q * d->len_q;
+    cl_kernel kern = attention_kernel(ctx, l, p.flags);
     p.q_tiles = l->q_tiles;
     p.heads_step = l->heads_step;
     p.splits = l->splits;
     p.split_len = l->split_len;
-    if (l->splits > 1) {
-        /* Released right after enqueueing: OpenCL keeps them until the kernels finish. */
-        b->partial_o = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE,
-                                      rows * l->splits * d->head_dim_v * sizeof(float), NULL, &err);
-        if (err == CL_SUCCESS)
-            b->partial_ml = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE,
-                                           rows * l->splits * 2 * sizeof(float), NULL, &err);
-        if (err != CL_SUCCESS) {
-            fcl_status s = fcl_fail_cl(ctx, err, "allocating the split-KV partial results");
-            if (b->partial_o)
-                clReleaseMemObject(b->partial_o);
-            return s;
-        }
-        p.flags |= FA_FLAG_PARTIAL;
-    }
-    err = set_attention_args(kern, b, &p);
+    if (l->splits > 1)
+        return enqueue_split(ctx, kern, l, pr->d.batch * pr->d.heads_q * pr->d.len_q,
+                             pr->d.head_dim_v, b, &p, n_wait, wait, done);
+    cl_int err = set_attention_args(kern, b, &p);
     if (err == CL_SUCCESS)
-        err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait,
-                     l->splits > 1 ? &first : done);
-    if (err == CL_SUCCESS && l->splits > 1) {
-        p.flags &= ~(cl_uint)FA_FLAG_PARTIAL; /* the merge writes the rows themselves */
-        err = set_attention_args(ctx->attention_merge_splits, b, &p);
-        /* Chained by event, so an out-of-order queue keeps the order too. */
-        if (err == CL_SUCCESS)
-            err = launch(ctx, ctx->attention_merge_splits,
-                         fcl_plan_merge_groups(&ctx->info, rows, l->splits, d->head_dim_v,
-                                               ctx->merge_work_group),
-                         ctx->merge_work_group,
-                         1, &first, done);
-    }
-    if (first)
-        clReleaseEvent(first);
-    if (b->partial_o)
-        clReleaseMemObject(b->partial_o);
-    if (b->partial_ml)
-        clReleaseMemObject(b->partial_ml);
-    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
+        err = launch(ctx, kern, l->groups, l->work_group_size, n_wait, wait, done);
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernel");
 }
 
 fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
@@ -516,35 +530,45 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
     if (s != FCL_SUCCESS)
         return s;
 
-    cl_int err = CL_SUCCESS;
-    cl_mem lse_to = lse ? lse : clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, lse_bytes, NULL, &err);
-    if (err != CL_SUCCESS)
-        return fcl_fail_cl(ctx, err, "allocating the merged lse");
+    /* Without the caller's lse, the merged lse lives in the context's scratch memory, whose
+     * last user the first merge waits for. */
+    cl_mem lse_to = lse;
+    fcl_wait_list after = {.n = n_wait, .events = wait};
+    pthread_mutex_lock(&ctx->lock);
+    if (!lse)
+        s = fcl_scratch_buffer(ctx, FCL_SCRATCH_STATS, lse_bytes, &lse_to);
+    if (!lse && s == FCL_SUCCESS)
+        s = fcl_scratch_wait_list(ctx, n_wait, wait, &after);
+    if (s != FCL_SUCCESS) {
+        pthread_mutex_unlock(&ctx->lock);
+        return s;
+    }
     /* A chain of pairwise merges into (out, lse_to), starting from the part out already is,
      * so that no part is overwritten before it is read. */
     const size_t first = own >= 0 ? (size_t)own : 0;
     cl_mem acc_out = outs[first], acc_lse = lses[first];
     cl_event prev = NULL;
-    size_t steps = 0;
-    pthread_mutex_lock(&ctx->lock);
+    cl_int err = CL_SUCCESS;
     for (size_t p = 0; p < n_parts && err == CL_SUCCESS; p++) {
         if (p == first && n_parts > 1)
             continue;
         cl_event next = NULL;
-        int last = ++steps == (n_parts > 1 ? n_parts - 1 : 1);
         const cl_mem b_out = p == first ? NULL : outs[p], b_lse = p == first ? NULL : lses[p];
         err = merge_step(ctx, acc_out, acc_lse, b_out, b_lse, out, lse_to, rows, head_dim_v,
-                         prev ? 1 : n_wait, prev ? &prev : wait, last ? done : &next);
+                         prev ? 1 : after.n, prev ? &prev : after.events, &next);
         if (prev)
             clReleaseEvent(prev);
         prev = next;
         acc_out = out;
         acc_lse = lse_to;
     }
+    fcl_wait_list_free(&after);
+    if (prev && !lse)
+        fcl_scratch_used(ctx, prev);
     pthread_mutex_unlock(&ctx->lock);
-    if (prev)
+    if (prev && done && err == CL_SUCCESS)
+        *done = prev;
+    else if (prev)
         clReleaseEvent(prev);
-    if (!lse)
-        clReleaseMemObject(lse_to);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the merge kernels");
 }

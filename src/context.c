@@ -111,6 +111,7 @@ void fcl_context_destroy(fcl_context *ctx)
     if (!ctx)
         return;
     fcl_release_kernels(ctx);
+    fcl_scratch_release(ctx);
     if (ctx->queue)
         clReleaseCommandQueue(ctx->queue);
     if (ctx->device)

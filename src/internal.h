@@ -45,6 +45,16 @@ enum fcl_softmax_kernel {
     FCL_K_SOFTMAX_COUNT
 };
 
+/* The context's scratch buffers (scratch.c), one a role: a call's values (split-KV's partial
+ * outputs) and its statistics (partial (m, l), SPLIT softmax's partial (max, sum), a merge's
+ * lse). */
+typedef enum { FCL_SCRATCH_VALUES, FCL_SCRATCH_STATS, FCL_SCRATCH_SLOTS } fcl_scratch_slot;
+typedef struct fcl_scratch {
+    cl_mem buffer[FCL_SCRATCH_SLOTS];
+    size_t bytes[FCL_SCRATCH_SLOTS];
+    cl_event last_use; /* the last kernel enqueued that used a scratch buffer, or NULL */
+} fcl_scratch;
+
 struct fcl_context {
     cl_context cl_ctx;
     cl_device_id device;
@@ -71,6 +81,7 @@ struct fcl_context {
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
     size_t merge_work_group; /* FA_MERGE_LWS, or fewer where the merge kernels allow fewer */
+    fcl_scratch scratch; /* under lock */
     fcl_device_info info;
     pthread_mutex_t lock; /* kernel arguments are shared state: set and enqueue under it */
     pthread_mutex_t error_lock; /* last_error: written and copied out under it */
@@ -108,6 +119,24 @@ fcl_status fcl_check_buffer_size(fcl_context *ctx, const char *name, cl_mem buf,
  * run of calls needs one check. */
 cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const void *init,
                        cl_int *err);
+
+/* ---- scratch.c: device memory a call's kernels pass between them, under ctx->lock ---- */
+/* slot's buffer, of at least bytes (grown as needed; what it held is not kept). */
+fcl_status fcl_scratch_buffer(fcl_context *ctx, fcl_scratch_slot slot, size_t bytes, cl_mem *buf);
+/* The wait list of a call's first kernel that writes scratch: wait, and the last kernel that
+ * used scratch before; fcl_wait_list_free frees it. */
+typedef struct fcl_wait_list {
+    cl_uint n;
+    const cl_event *events;
+    cl_event *owned; /* events, where it had to be made */
+} fcl_wait_list;
+fcl_status fcl_scratch_wait_list(fcl_context *ctx, cl_uint n_wait, const cl_event *wait,
+                                 fcl_wait_list *list);
+void fcl_wait_list_free(fcl_wait_list *list);
+/* Records last, the last kernel of a call that used scratch (retained). */
+void fcl_scratch_used(fcl_context *ctx, cl_event last);
+/* Releases the buffers and the event (context destruction). */
+void fcl_scratch_release(fcl_context *ctx);
 
 /* ---- device.c ---- */
 /* Picks a device by spec (see fcl_context_options.device); NULL or "" means the default. */

@@ -268,6 +268,50 @@ static cl_int launch_kernel(fcl_context *ctx, cl_kernel k, const fcl_softmax_lau
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
+/* SPLIT: the statistics kernel writes each slice's partial (max, sum) into the context's
+ * scratch memory (after the last kernel that used it), the write kernel merges them and
+ * writes the rows; the caller holds ctx->lock. */
+static fcl_status enqueue_split(fcl_context *ctx, cl_kernel *kernels, const softmax_shape *sh,
+                                const fcl_softmax_launch *launch, const softmax_args *a,
+                                cl_uint n_wait, const cl_event *wait, cl_event *done)
+{
+    cl_kernel stats = kernels[FCL_K_SOFTMAX_SPLIT_STATS];
+    cl_kernel write = kernels[FCL_K_SOFTMAX_SPLIT_WRITE];
+    cl_mem partial;
+    fcl_wait_list after;
+    fcl_status s = fcl_scratch_buffer(ctx, FCL_SCRATCH_STATS,
+                                      sh->d.rows * launch->slices * 2 * sizeof(float), &partial);
+    if (s == FCL_SUCCESS)
+        s = fcl_scratch_wait_list(ctx, n_wait, wait, &after);
+    if (s != FCL_SUCCESS)
+        return s;
+    cl_event first = NULL, written = NULL;
+    cl_int err = set_row_args(stats, a);
+    if (err == CL_SUCCESS)
+        err = set_split_args(stats, launch, partial);
+    if (err == CL_SUCCESS)
+        err = set_row_args(write, a);
+    if (err == CL_SUCCESS)
+        err = set_split_args(write, launch, partial);
+    if (err == CL_SUCCESS)
+        err = launch_kernel(ctx, stats, launch, after.n, after.events, &first);
+    fcl_wait_list_free(&after);
+    /* Chained by event, so an out-of-order queue keeps the order too. */
+    if (err == CL_SUCCESS)
+        err = launch_kernel(ctx, write, launch, 1, &first, &written);
+    if (written || first) /* where the second launch failed, the first still wrote scratch */
+        fcl_scratch_used(ctx, written ? written : first);
+    if (first)
+        clReleaseEvent(first);
+    if (written) {
+        if (done)
+            *done = written;
+        else
+            clReleaseEvent(written);
+    }
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the softmax kernels");
+}
+
 /* Enqueues the planned kernels; the caller holds ctx->lock. */
 static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
                           const fcl_softmax_launch *launch, const softmax_args *a,
@@ -275,11 +319,9 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
 {
     cl_kernel *kernels = launch->nv_stream ? ctx->softmax_nv_stream[sh->d.dtype]
                                            : ctx->softmax[sh->d.dtype];
+    if (launch->algo == FCL_SOFTMAX_SPLIT)
+        return enqueue_split(ctx, kernels, sh, launch, a, n_wait, wait, done);
     cl_int err;
-    cl_event first = NULL;
-    cl_mem partial = NULL;
-    fcl_status s = FCL_SUCCESS;
-
     if (launch->algo == FCL_SOFTMAX_FUSED && launch->lanes) {
         cl_kernel k = launch->nv_build ? ctx->softmax_nv[sh->d.dtype][launch->nv_build - 1]
                                        : kernels[FCL_K_SOFTMAX_BLOCK];
@@ -294,39 +336,13 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
         err = set_arg(err, k, SM_ARG_COUNT, sh->d.cols * sizeof(float), NULL);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);
-    } else if (launch->algo == FCL_SOFTMAX_ONLINE) {
+    } else { /* ONLINE */
         cl_kernel k = kernels[launch->per_item ? FCL_K_SOFTMAX_ROWS : FCL_K_SOFTMAX_ONLINE];
         err = set_row_args(k, a);
         if (err == CL_SUCCESS)
             err = launch_kernel(ctx, k, launch, n_wait, wait, done);
-    } else {
-        cl_kernel stats = kernels[FCL_K_SOFTMAX_SPLIT_STATS];
-        cl_kernel write = kernels[FCL_K_SOFTMAX_SPLIT_WRITE];
-        /* Released right after enqueueing: OpenCL keeps it until the kernels finish. */
-        partial = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE,
-                                 sh->d.rows * launch->slices * 2 * sizeof(float), NULL, &err);
-        if (err != CL_SUCCESS)
-            return fcl_fail_cl(ctx, err, "allocating the SPLIT partial statistics");
-        err = set_row_args(stats, a);
-        if (err == CL_SUCCESS)
-            err = set_split_args(stats, launch, partial);
-        if (err == CL_SUCCESS)
-            err = set_row_args(write, a);
-        if (err == CL_SUCCESS)
-            err = set_split_args(write, launch, partial);
-        if (err == CL_SUCCESS)
-            err = launch_kernel(ctx, stats, launch, n_wait, wait, &first);
-        /* Chained by event, so an out-of-order queue keeps the order too. */
-        if (err == CL_SUCCESS)
-            err = launch_kernel(ctx, write, launch, 1, &first, done);
     }
-    if (err != CL_SUCCESS)
-        s = fcl_fail_cl(ctx, err, "enqueueing the softmax kernels");
-    if (first)
-        clReleaseEvent(first);
-    if (partial)
-        clReleaseMemObject(partial);
-    return s;
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the softmax kernel");
 }
 
 fcl_status fcl_softmax_run(fcl_context *ctx, const fcl_softmax_desc *d, const fcl_softmax_io *io,

@@ -27,7 +27,8 @@ static const char usage[] =
     "                     [--reps N] [--warmup N] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN]]\n"
-    "  Device-time medians after warm-up, with a copy kernel measured in the same run.\n"
+    "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
+    "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
     "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
     "  sN = N key splits (kv_splits) instead of the planner's;\n"
@@ -55,6 +56,7 @@ typedef struct bench_case {
 
 typedef struct bench_result {
     double ms, gbs, copy_pct, tflops;
+    double enqueue_ms; /* host time inside the call (the enqueue), on an idle queue */
     double bytes, flops; /* useful bytes; attention flops (0 for softmax) */
     char plan[96];
 } bench_result;
@@ -198,28 +200,39 @@ static cl_mem filled_buffer(bench *b, size_t bytes, cl_int *err)
 
 /* Times `calls` of one enqueueing function over rotating buffer sets; returns the median.
  * Each call is timed on the device and by the host clock; the first call whose device time
- * is unusable switches the bench to the host clock for good. */
+ * is unusable switches the bench to the host clock for good. *enqueue_ms (where not NULL):
+ * the median host time inside fn, the enqueue alone, each call finding the queue idle: an
+ * engine queues its next work after it, so a call that waits for its own kernels there
+ * leaves the device idle meanwhile. */
 typedef fcl_status (*enqueue_fn)(bench *b, const bench_case *c, cl_mem *set, cl_event *done);
 
 static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_sets,
-                         size_t per_set, enqueue_fn fn, int *ok)
+                         size_t per_set, enqueue_fn fn, double *enqueue_ms, int *ok)
 {
     int total = b->warmup + b->reps;
     double *device_ms = calloc((size_t)b->reps, sizeof(double));
     double *host_ms = calloc((size_t)b->reps, sizeof(double));
+    double *inside_ms = calloc((size_t)b->reps, sizeof(double));
     double median = 0.0;
-    *ok = device_ms && host_ms ? 1 : failed_because(b, "out of host memory", NULL);
+    *ok = device_ms && host_ms && inside_ms ? 1 : failed_because(b, "out of host memory", NULL);
     for (int r = 0; r < total && *ok; r++) {
         cl_event before = NULL, done = NULL;
         const double start = chk_seconds();
-        if (clEnqueueMarkerWithWaitList(b->queue, 0, NULL, &before) != CL_SUCCESS)
+        double inside = 0.0;
+        if (clEnqueueMarkerWithWaitList(b->queue, 0, NULL, &before) != CL_SUCCESS) {
             *ok = failed_because(b, "clEnqueueMarkerWithWaitList failed", NULL);
-        else if (fn(b, c, sets + (size_t)r % n_sets * per_set, &done) != FCL_SUCCESS)
-            *ok = failed_because(b, "the call failed", fcl_context_last_error(b->ctx));
-        else if (clWaitForEvents(1, &done) != CL_SUCCESS)
-            *ok = failed_because(b, "the call's event reported an error", NULL);
+        } else {
+            const double enter = chk_seconds();
+            const fcl_status called = fn(b, c, sets + (size_t)r % n_sets * per_set, &done);
+            inside = chk_seconds() - enter;
+            if (called != FCL_SUCCESS)
+                *ok = failed_because(b, "the call failed", fcl_context_last_error(b->ctx));
+            else if (clWaitForEvents(1, &done) != CL_SUCCESS)
+                *ok = failed_because(b, "the call's event reported an error", NULL);
+        }
         if (*ok && r >= b->warmup) {
             host_ms[r - b->warmup] = (chk_seconds() - start) * 1e3;
+            inside_ms[r - b->warmup] = inside * 1e3;
             device_ms[r - b->warmup] = event_ms(before, done);
         }
         if (before)
@@ -237,9 +250,13 @@ static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_s
         double *ms = b->host_clock ? host_ms : device_ms;
         qsort(ms, (size_t)b->reps, sizeof(double), cmp_double);
         median = ms[b->reps / 2];
+        qsort(inside_ms, (size_t)b->reps, sizeof(double), cmp_double);
+        if (enqueue_ms)
+            *enqueue_ms = inside_ms[b->reps / 2];
     }
     free(device_ms);
     free(host_ms);
+    free(inside_ms);
     return median;
 }
 
@@ -423,9 +440,9 @@ static double measure_copy(bench *b, size_t bytes, int *ok, double *kernel_gbs)
         sets[i] = filled_buffer(b, c.rows * 16, &err);
     *ok = *ok && err == CL_SUCCESS ? 1 : failed_because(b, "allocating the copy's buffers failed", NULL);
     if (*ok)
-        kernel_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_copy, ok);
+        kernel_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_copy, NULL, ok);
     if (*ok)
-        driver_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_driver_copy, ok);
+        driver_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_driver_copy, NULL, ok);
     if (!*ok && err == CL_SUCCESS && sets) { /* time_calls said why: name the copy */
         char inner[256];
         snprintf(inner, sizeof inner, "%.255s", b->why);
@@ -527,7 +544,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         ok = failed_because(b, "allocating the input and output buffers failed", detail);
     }
     if (ok)
-        res->ms = time_calls(b, c, sets, n_sets, n_bufs, fn, &ok);
+        res->ms = time_calls(b, c, sets, n_sets, n_bufs, fn, &res->enqueue_ms, &ok);
     for (size_t i = 0; sets && i < n_sets * n_bufs; i++)
         if (sets[i])
             clReleaseMemObject(sets[i]);
@@ -695,12 +712,12 @@ int main(int argc, char **argv)
                "\"context_create_ms\": %.1f, \"kernels\": \"%s\", \"cases\": [\n",
                b.info.name, b.info.platform_name, b.reps, create_ms, origin);
     else if (csv)
-        printf("case,plan,ms,gbs,copy_gbs,copy_kernel_gbs,copy_pct,tflops\n");
+        printf("case,plan,ms,gbs,copy_gbs,copy_kernel_gbs,copy_pct,tflops,enqueue_ms\n");
     else
         printf("flashcl-bench on %s (%s); context created in %.1f ms (kernels %s); median of "
-               "%d after %d warm-up\n%-44s %-22s %10s %9s %9s %7s %8s\n",
+               "%d after %d warm-up\n%-44s %-22s %10s %9s %9s %7s %8s %8s\n",
                b.info.name, b.info.platform_name, create_ms, origin, b.reps, b.warmup, "case",
-               "plan", "ms", "GB/s", "copy", "%copy", "TFLOP/s");
+               "plan", "ms", "GB/s", "copy", "%copy", "TFLOP/s", "enq ms");
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
         char name[96];
@@ -716,15 +733,17 @@ int main(int argc, char **argv)
         if (json)
             printf("%s  {\"case\": \"%s\", \"plan\": \"%s\", \"ms\": %.4f, \"gbs\": %.2f, "
                    "\"copy_gbs\": %.2f, \"copy_kernel_gbs\": %.2f, \"copy_pct\": %.1f, "
-                   "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"clock\": \"%s\"}",
+                   "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"clock\": \"%s\", "
+                   "\"enqueue_ms\": %.4f}",
                    i ? ",\n" : "", name, r.plan, r.ms, r.gbs, b.copy_gbs, b.copy_kernel_gbs,
-                   r.copy_pct, r.tflops, r.bytes, r.flops, b.host_clock ? "host" : "device");
+                   r.copy_pct, r.tflops, r.bytes, r.flops, b.host_clock ? "host" : "device",
+                   r.enqueue_ms);
         else if (csv)
-            printf("%s,%s,%.4f,%.2f,%.2f,%.2f,%.1f,%.4f\n", name, r.plan, r.ms, r.gbs, b.copy_gbs,
-                   b.copy_kernel_gbs, r.copy_pct, r.tflops);
+            printf("%s,%s,%.4f,%.2f,%.2f,%.2f,%.1f,%.4f,%.4f\n", name, r.plan, r.ms, r.gbs,
+                   b.copy_gbs, b.copy_kernel_gbs, r.copy_pct, r.tflops, r.enqueue_ms);
         else
-            printf("%-44s %-22s %10.3f %9.1f %9.1f %6.1f%% %8.4f\n", name, r.plan, r.ms, r.gbs,
-                   b.copy_gbs, r.copy_pct, r.tflops);
+            printf("%-44s %-22s %10.3f %9.1f %9.1f %6.1f%% %8.4f %8.4f\n", name, r.plan, r.ms,
+                   r.gbs, b.copy_gbs, r.copy_pct, r.tflops, r.enqueue_ms);
         fflush(stdout);
     }
     fprintf(stderr, "\r%-70s\r", "");

@@ -1,0 +1,77 @@
+/* Device scratch memory that one call's kernels pass between them (split-KV's partial
+ * results, SPLIT softmax's statistics, a merge's lse where the caller gives none): kept by
+ * the context and reused, grown when a call needs more, released with the context.
+ *
+ * Why not a buffer a call: creating one and releasing it right after enqueueing made each
+ * such call return only when its kernels had finished, on NVIDIA's driver (580, H100: a GQA
+ * decoding call spent 0.138 ms in fcl_attention_run, its kernels' whole time), so the host
+ * could never queue ahead of the GPU. Reuse has one cost: a call's first kernel that writes
+ * scratch waits for the last kernel of the call before that used it, which an out-of-order
+ * queue would otherwise run at the same time (an in-order queue runs them in order anyway).
+ * Everything here runs under ctx->lock. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+fcl_status fcl_scratch_buffer(fcl_context *ctx, fcl_scratch_slot slot, size_t bytes, cl_mem *buf)
+{
+    fcl_scratch *s = &ctx->scratch;
+    if (s->bytes[slot] < bytes) {
+        if (s->buffer[slot])
+            clReleaseMemObject(s->buffer[slot]); /* OpenCL keeps it for kernels still using it */
+        s->buffer[slot] = NULL;
+        s->bytes[slot] = 0;
+        cl_int err;
+        cl_mem grown = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        if (err != CL_SUCCESS)
+            return fcl_fail_cl(ctx, err, "allocating %zu bytes of scratch memory", bytes);
+        s->buffer[slot] = grown;
+        s->bytes[slot] = bytes;
+    }
+    *buf = s->buffer[slot];
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_scratch_wait_list(fcl_context *ctx, cl_uint n_wait, const cl_event *wait,
+                                 fcl_wait_list *list)
+{
+    const cl_event last = ctx->scratch.last_use;
+    *list = (fcl_wait_list){.n = n_wait, .events = wait, .owned = NULL};
+    if (!last)
+        return FCL_SUCCESS;
+    list->owned = malloc((n_wait + 1u) * sizeof(cl_event));
+    if (!list->owned)
+        return fcl_fail(ctx, FCL_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for a wait list");
+    if (n_wait)
+        memcpy(list->owned, wait, n_wait * sizeof(cl_event));
+    list->owned[n_wait] = last;
+    list->n = n_wait + 1u;
+    list->events = list->owned;
+    return FCL_SUCCESS;
+}
+
+void fcl_wait_list_free(fcl_wait_list *list)
+{
+    free(list->owned);
+    list->owned = NULL;
+}
+
+void fcl_scratch_used(fcl_context *ctx, cl_event last)
+{
+    clRetainEvent(last);
+    if (ctx->scratch.last_use)
+        clReleaseEvent(ctx->scratch.last_use);
+    ctx->scratch.last_use = last;
+}
+
+void fcl_scratch_release(fcl_context *ctx)
+{
+    fcl_scratch *s = &ctx->scratch;
+    for (int i = 0; i < FCL_SCRATCH_SLOTS; i++)
+        if (s->buffer[i])
+            clReleaseMemObject(s->buffer[i]);
+    if (s->last_use)
+        clReleaseEvent(s->last_use);
+    memset(s, 0, sizeof *s);
+}
