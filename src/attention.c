@@ -223,16 +223,7 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_atte
                      fcl_plan_merge_groups(&ctx->info, rows, l->splits, head_dim_v,
                                            ctx->merge_work_group),
                      ctx->merge_work_group, 1, &first, &merged);
-    if (merged || first) /* where the second launch failed, the first still wrote scratch */
-        fcl_scratch_used(ctx, merged ? merged : first);
-    if (first)
-        clReleaseEvent(first);
-    if (merged) {
-        if (done)
-            *done = merged;
-        else
-            clReleaseEvent(merged);
-    }
+    fcl_scratch_pair_done(ctx, first, merged, done);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
 }
 

@@ -135,6 +135,10 @@ fcl_status fcl_scratch_wait_list(fcl_context *ctx, cl_uint n_wait, const cl_even
 void fcl_wait_list_free(fcl_wait_list *list);
 /* Records last, the last kernel of a call that used scratch (retained). */
 void fcl_scratch_used(fcl_context *ctx, cl_event last);
+/* The end of a call's two kernels chained through scratch (first writes it, second reads it;
+ * NULL where not enqueued): the later of them becomes scratch's last use, second goes to
+ * *done (or is released where done is NULL), first is released. */
+void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl_event *done);
 /* Releases the buffers and the event (context destruction). */
 void fcl_scratch_release(fcl_context *ctx);
 

@@ -65,6 +65,18 @@ void fcl_scratch_used(fcl_context *ctx, cl_event last)
     ctx->scratch.last_use = last;
 }
 
+void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl_event *done)
+{
+    if (second || first) /* where the second launch failed, the first still wrote scratch */
+        fcl_scratch_used(ctx, second ? second : first);
+    if (first)
+        clReleaseEvent(first);
+    if (second && done)
+        *done = second;
+    else if (second)
+        clReleaseEvent(second);
+}
+
 void fcl_scratch_release(fcl_context *ctx)
 {
     fcl_scratch *s = &ctx->scratch;

@@ -299,16 +299,7 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel *kernels, const soft
     /* Chained by event, so an out-of-order queue keeps the order too. */
     if (err == CL_SUCCESS)
         err = launch_kernel(ctx, write, launch, 1, &first, &written);
-    if (written || first) /* where the second launch failed, the first still wrote scratch */
-        fcl_scratch_used(ctx, written ? written : first);
-    if (first)
-        clReleaseEvent(first);
-    if (written) {
-        if (done)
-            *done = written;
-        else
-            clReleaseEvent(written);
-    }
+    fcl_scratch_pair_done(ctx, first, written, done);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the softmax kernels");
 }
 
