@@ -151,6 +151,13 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median of v's n values (v is sorted in place). */
+static double median_of(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    return v[n / 2];
+}
+
 /* The device time between two events' ends; 0 where the driver cannot say (no profiling
  * information, or timestamps that do not keep time: chk_profiled_ms). */
 static double event_ms(cl_event from, cl_event to)
@@ -247,12 +254,9 @@ static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_s
                             "time; timing by the host clock from here on\n");
         }
     if (*ok) {
-        double *ms = b->host_clock ? host_ms : device_ms;
-        qsort(ms, (size_t)b->reps, sizeof(double), cmp_double);
-        median = ms[b->reps / 2];
-        qsort(inside_ms, (size_t)b->reps, sizeof(double), cmp_double);
+        median = median_of(b->host_clock ? host_ms : device_ms, b->reps);
         if (enqueue_ms)
-            *enqueue_ms = inside_ms[b->reps / 2];
+            *enqueue_ms = median_of(inside_ms, b->reps);
     }
     free(device_ms);
     free(host_ms);
