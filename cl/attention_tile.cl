@@ -6,20 +6,30 @@
  *   FA_BK    keys per tile (a multiple of FA_TK)
  *   FA_TQ    work-item rows of a work-group (8, or 4 where the driver allows fewer than 64)
  *   FA_TK    work-item columns: FA_TQ x FA_TK work-items
+ *   FA_PREFETCH  1: K and V tiles in buffers of their own, each fetched into registers
+ *            during the product before its use; 0: one buffer they take turns in, each
+ *            loaded when it is needed (where two buffers do not fit, fcl_plan_attention_tile)
  * Needs attention_common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows
  * of one (batch, head): the scaled Q tile stays in local memory, K and V tiles stream
- * through one local buffer, scores live in registers and one local tile, and each row keeps
+ * through local memory, scores live in registers and one local tile, and each row keeps
  * its running (m, l) and an output accumulator o in float32, in the registers of the
- * work-items that own the row's scores and output columns. The len_q x len_kv scores never
- * reach global memory. With several key splits, each work-group writes its unnormalised
- * partial (m, l, o) and attention_merge_splits combines them.
+ * work-items that own the row's scores and output columns. Both products read local memory
+ * in float4s: S = Q K^T along the head dim, o += P V along the keys. The len_q x len_kv
+ * scores never reach global memory. With several key splits, each work-group writes its
+ * unnormalised partial (m, l, o) and attention_merge_splits combines them.
  */
 #define FA_SQ (FA_BQ / FA_TQ)
 #define FA_SK (FA_BK / FA_TK)
-#define FA_SD ((FA_D + FA_TK - 1) / FA_TK)
-/* Padded local rows: a multiple of 4 floats, so the score loop reads float4s, and rows 4
- * banks apart, so the 8 rows a warp reads at once fall in different banks. */
+/* A work-item's output columns: FA_SD4 float4s, float4 tk + j * FA_TK of the row (the
+ * FA_TK work-items of a row read neighbouring float4s of a V row: no bank conflict). */
+#define FA_SD4 (FA_D / 4 / FA_TK)
+#if FA_D % (4 * FA_TK) || FA_BK % 4
+#error "attention_tile.cl: FA_D must be a multiple of 4 * FA_TK and FA_BK of 4"
+#endif
+/* Padded local rows: a multiple of 4 floats, so both products read float4s, and rows 4
+ * banks apart, so the rows a warp reads at once fall in different banks. */
 #define FA_ROW (FA_D + 4)
+#define FA_PROW (FA_BK + 4)
 /* Loops over the per-work-item blocks (s, o, qv, kv, vv) carry #pragma unroll: the blocks
  * must be registers, and an array indexed in a loop the compiler did not unroll goes to
  * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
@@ -35,9 +45,9 @@ FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], u
                                                const fa_params *p, const fa_io *io,
                                                __global const void *src, const uint dtype,
                                                const fa_rows *r, ulong row0,
-                                               ulong row_end, uint dim, float factor)
+                                               ulong row_end, uint dim, float factor, uint first)
 {
-    for (uint e0 = get_local_id(0); e0 < rows * FA_D; e0 += FA_LOAD_BATCH * FA_TQ * FA_TK) {
+    for (uint e0 = first + get_local_id(0); e0 < rows * FA_D; e0 += FA_LOAD_BATCH * FA_TQ * FA_TK) {
         float x[FA_LOAD_BATCH];
         #pragma unroll
         for (uint i = 0; i < FA_LOAD_BATCH; i++) {
@@ -62,13 +72,70 @@ FCL_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], ui
 {
     if (dtype == FCL_DTYPE_F32)
         FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F32, r, row0, row_end, dim,
-                                        factor);
+                                        factor, 0);
     else if (dtype == FCL_DTYPE_F16)
         FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F16, r, row0, row_end, dim,
-                                        factor);
+                                        factor, 0);
     else
         FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_BF16, r, row0, row_end, dim,
-                                        factor);
+                                        factor, 0);
+}
+
+/* FA_PREFETCH: the next K or V tile is fetched into registers before the work that precedes
+ * its use, so that its loads' latency passes under that work: FA_PF elements of each
+ * work-item (all of them where a tile holds at most FA_PF_MAX per work-item); fa_put stores
+ * them and loads the rest at once. */
+#define FA_KV_ITEMS (FA_BK * FA_D / (FA_TQ * FA_TK))
+#define FA_PF_MAX 32
+#define FA_PF (FA_KV_ITEMS < FA_PF_MAX ? FA_KV_ITEMS : FA_PF_MAX)
+FCL_INLINE void FCL_CAT(fa_fetch_typed, FA_NAME)(float *x, const fa_params *p, const fa_io *io,
+                                                __global const void *src, const uint dtype,
+                                                const fa_rows *r, ulong row0, ulong row_end,
+                                                uint dim)
+{
+    #pragma unroll
+    for (uint i = 0; i < FA_PF; i++) {
+        const uint e = get_local_id(0) + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
+        const int inside = row0 + c < row_end && d < dim;
+        x[i] = fcl_load_any(src, dtype, inside ? fa_row(p, io, r, row0 + c) + d : 0);
+        x[i] = inside ? x[i] : 0.0f;
+    }
+}
+
+FCL_INLINE void FCL_CAT(fa_fetch, FA_NAME)(float *x, const fa_params *p, const fa_io *io,
+                                          __global const void *src, uint dtype, const fa_rows *r,
+                                          ulong row0, ulong row_end, uint dim)
+{
+    if (dtype == FCL_DTYPE_F32)
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F32, r, row0, row_end, dim);
+    else if (dtype == FCL_DTYPE_F16)
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F16, r, row0, row_end, dim);
+    else
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_BF16, r, row0, row_end, dim);
+}
+
+FCL_INLINE void FCL_CAT(fa_put, FA_NAME)(__local float (*tile)[FA_ROW], const float *x,
+                                        const fa_params *p, const fa_io *io,
+                                        __global const void *src, uint dtype, const fa_rows *r,
+                                        ulong row0, ulong row_end, uint dim)
+{
+    #pragma unroll
+    for (uint i = 0; i < FA_PF; i++) {
+        const uint e = get_local_id(0) + i * FA_TQ * FA_TK;
+        tile[e / FA_D][e % FA_D] = x[i];
+    }
+    if (FA_PF < FA_KV_ITEMS) {
+        const uint first = FA_PF * FA_TQ * FA_TK;
+        if (dtype == FCL_DTYPE_F32)
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F32, r, row0,
+                                            row_end, dim, 1.0f, first);
+        else if (dtype == FCL_DTYPE_F16)
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F16, r, row0,
+                                            row_end, dim, 1.0f, first);
+        else
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_BF16, r, row0,
+                                            row_end, dim, 1.0f, first);
+    }
 }
 #undef FA_LOAD_BATCH
 
@@ -77,8 +144,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;
     __local float q_tile[FA_BQ][FA_ROW] __attribute__((aligned(16)));  /* q_scale * q */
-    __local float kv_tile[FA_BK][FA_ROW] __attribute__((aligned(16))); /* K tile, then V tile */
-    __local float p_tile[FA_BQ][FA_BK + 1];
+    __local float k_tile[FA_BK][FA_ROW] __attribute__((aligned(16)));
+#if FA_PREFETCH
+    __local float v_tile[FA_BK][FA_ROW] __attribute__((aligned(16)));
+#else
+    __local float (*const v_tile)[FA_ROW] = k_tile; /* K and V take turns in one buffer */
+#endif
+    __local float p_tile[FA_BQ][FA_PROW] __attribute__((aligned(16)));
     __local float row_parts[FA_BQ][FA_TK + 1]; /* per row, one value per work-item column */
     const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
@@ -99,18 +171,28 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             m_run[i] = -INFINITY;
             l_own[i] = 0.0f;
         }
-        float o[FA_SQ][FA_SD];
+        float4 o[FA_SQ][FA_SD4];
         #pragma unroll
         for (uint i = 0; i < FA_SQ; i++)
             #pragma unroll
-            for (uint j = 0; j < FA_SD; j++)
+            for (uint j = 0; j < FA_SD4; j++)
                 o[i][j] = 0.0f;
+#if FA_PREFETCH
+        FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, w.kv_begin,
+                                       w.kv_end, (uint)p->head_dim, 1.0f);
         barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_BK) {
-            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, k0,
+#if FA_PREFETCH
+            float vx[FA_PF]; /* the V tile's, while the scores are computed */
+            FCL_CAT(fa_fetch, FA_NAME)(vx, p, io, io->v, p->dtype_kv, &w.s.v, k0, w.kv_end,
+                                       (uint)p->head_dim_v);
+#else
+            FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, k0,
                                            w.kv_end, (uint)p->head_dim, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 
             /* Scores of this work-item's FA_SQ x FA_SK block, then the modifiers. */
             float s[FA_SQ][FA_SK];
@@ -130,7 +212,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     qv[i] = ((__local const float4 *)q_tile[tq + i * FA_TQ])[d4];
                 #pragma unroll
                 for (uint j = 0; j < FA_SK; j++)
-                    kv[j] = ((__local const float4 *)kv_tile[tk + j * FA_TK])[d4];
+                    kv[j] = ((__local const float4 *)k_tile[tk + j * FA_TK])[d4];
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)
                     #pragma unroll
@@ -219,31 +301,56 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 }
                 l_own[i] = l_own[i] * alpha[i] + sum;
             }
-            barrier(CLK_LOCAL_MEM_FENCE); /* p_tile is whole; every read of the K tile is done */
-
-            FCL_CAT(fa_load_tile, FA_NAME)(kv_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, k0,
+            /* Every read of the K tile was done before the barrier above: the V tile may
+             * take its place. */
+#if FA_PREFETCH
+            const ulong k1 = k0 + FA_BK;
+            FCL_CAT(fa_put, FA_NAME)(v_tile, vx, p, io, io->v, p->dtype_kv, &w.s.v, k0, w.kv_end,
+                                     (uint)p->head_dim_v);
+            float kx[FA_PF]; /* the next K tile's, while o += P V */
+            if (k1 < w.kv_end)
+                FCL_CAT(fa_fetch, FA_NAME)(kx, p, io, io->k, p->dtype_kv, &w.s.k, k1, w.kv_end,
+                                           (uint)p->head_dim);
+#else
+            FCL_CAT(fa_load_tile, FA_NAME)(v_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, k0,
                                            w.kv_end, (uint)p->head_dim_v, 1.0f);
-            barrier(CLK_LOCAL_MEM_FENCE);
+#endif
+            barrier(CLK_LOCAL_MEM_FENCE); /* p_tile and the V tile are whole */
 
             #pragma unroll
             for (uint i = 0; i < FA_SQ; i++)
                 #pragma unroll
-                for (uint j = 0; j < FA_SD; j++)
+                for (uint j = 0; j < FA_SD4; j++)
                     o[i][j] *= alpha[i];
-            for (uint c = 0; c < FA_BK; c++) {
-                float vv[FA_SD];
+            /* o += P V, 4 keys a step: a float4 of each row's p and a float4 of each of
+             * the 4 V rows feed 4 x FA_SD4 x 4 FMAs per row, so local memory is read in
+             * 16-byte words, about one a 16 FMAs (the keys are added in order). */
+            for (uint c4 = 0; c4 < FA_BK / 4; c4++) {
+                float4 pv[FA_SQ];
                 #pragma unroll
-                for (uint j = 0; j < FA_SD; j++)
-                    vv[j] = tk + j * FA_TK < FA_D ? kv_tile[c][tk + j * FA_TK] : 0.0f;
+                for (uint i = 0; i < FA_SQ; i++)
+                    pv[i] = ((__local const float4 *)p_tile[tq + i * FA_TQ])[c4];
                 #pragma unroll
-                for (uint i = 0; i < FA_SQ; i++) {
-                    float e = p_tile[tq + i * FA_TQ][c];
+                for (uint e = 0; e < 4; e++) {
+                    float4 vv[FA_SD4];
                     #pragma unroll
-                    for (uint j = 0; j < FA_SD; j++)
-                        o[i][j] = fma(e, vv[j], o[i][j]);
+                    for (uint j = 0; j < FA_SD4; j++)
+                        vv[j] = ((__local const float4 *)v_tile[4 * c4 + e])[tk + j * FA_TK];
+                    #pragma unroll
+                    for (uint i = 0; i < FA_SQ; i++) {
+                        const float pe = e == 0 ? pv[i].x : e == 1 ? pv[i].y : e == 2 ? pv[i].z : pv[i].w;
+                        #pragma unroll
+                        for (uint j = 0; j < FA_SD4; j++)
+                            o[i][j] = fma((float4)(pe), vv[j], o[i][j]);
+                    }
                 }
             }
-            barrier(CLK_LOCAL_MEM_FENCE); /* the next tile overwrites kv_tile and p_tile */
+#if FA_PREFETCH
+            if (k1 < w.kv_end)
+                FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k1,
+                                         w.kv_end, (uint)p->head_dim);
+#endif
+            barrier(CLK_LOCAL_MEM_FENCE); /* P V's reads are done (and the next K tile whole) */
         }
 
         /* l of each row: the sum of its FA_TK work-items' parts. */
@@ -262,9 +369,14 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 l += row_parts[r][t];
             const fa_dest dst = fa_finish_row(p, io, &w, qi, m_run[i], l, tk == 0);
             #pragma unroll
-            for (uint j = 0; j < FA_SD; j++)
-                if (tk + j * FA_TK < p->head_dim_v)
-                    fa_store(p, io, dst, tk + j * FA_TK, o[i][j]);
+            for (uint j = 0; j < FA_SD4; j++) {
+                const uint d = 4 * (tk + j * FA_TK);
+                const float ov[4] = {o[i][j].x, o[i][j].y, o[i][j].z, o[i][j].w};
+                #pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    if (d + e < p->head_dim_v)
+                        fa_store(p, io, dst, d + e, ov[e]);
+            }
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next tile of this group reuses the local tiles */
     }
@@ -272,5 +384,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
 #undef FA_SQ
 #undef FA_SK
-#undef FA_SD
+#undef FA_SD4
 #undef FA_ROW
+#undef FA_PROW
+#undef FA_KV_ITEMS
+#undef FA_PF_MAX
+#undef FA_PF

@@ -293,8 +293,12 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
 /* Whether the kind has a build for the bucket, in the prefill build or the GQA build
  * (gqa_rows). */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
+/* Whether a tile of block_q queries in a work-group of work_group_size prefetches the next
+ * K and V tiles (attention_tile.cl's FA_PREFETCH: two local buffers instead of one). */
+int fcl_attention_tile_prefetch(size_t block_q, size_t work_group_size);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
-size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
+                                 size_t work_group_size);
 
 typedef struct fcl_attention_launch {
     int bucket;

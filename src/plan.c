@@ -15,8 +15,8 @@
 static const size_t bucket_dims[FCL_ATTENTION_BUCKETS] = {64, 128, 256, 576};
 /* (block_q, block_kv), best first: large tiles reuse each loaded K/V element most. 4 x 8 only
  * for groups of 4 rows of work-items (MLA's head dims in 32 KiB of local memory). */
-static const size_t tile_candidates[][2] = {{64, 32}, {64, 16}, {32, 32}, {16, 32}, {16, 16},
-                                            {8, 16}, {8, 8}, {4, 8}};
+static const size_t tile_candidates[][2] = {{64, 32}, {64, 16}, {32, 32}, {32, 16}, {16, 32},
+                                            {16, 16}, {8, 16}, {8, 8}, {4, 8}};
 #define N_TILE_CANDIDATES (int)(sizeof tile_candidates / sizeof tile_candidates[0])
 static size_t floor_pow2(size_t x)
 {
@@ -53,11 +53,10 @@ static const struct device_entry {
      * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
      * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
      * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
-     * at every N. 80 attention accumulators admit 64 x 16 tiles at head_dim 64: 5-8% faster
-     * than 64 x 32 (96) on the H100 since v0.2's addressing took NVIDIA's compiler from 168
-     * to 248 registers there (4 groups an SM, not 6), and 64 x 32 was 13-19% faster than
-     * 32 x 32 on the H200. */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 80},
+     * at every N. 96 attention accumulators admit 64 x 32 tiles at head_dim 64: with the
+     * next K and V tiles prefetched, 16% faster than 64 x 16 (80) on the H200 (25.4 against
+     * 21.9 TFLOP/s, float32). */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
      * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: the 32 x 32
      * tile at head_dim 128 (80) spills 22 VGPRs on wave32 RDNA2 (gfx1030) with v0.2's
@@ -177,7 +176,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
                             "attention_rows=<0 or 1>, attention_mma=<0 or 1>, softmax_nv=<0 or 1>, "
                             "attention_group=<16, 32 or 64> or "
-                            "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 16x16, 8x16, 8x8, "
+                            "attention_tile=<one of 64x32, 64x16, 32x32, 32x16, 16x32, 16x16, 8x16, 8x8, "
                             "4x8>, separated by commas",
                             item, eq ? "=" : "", eq ? eq + 1 : "");
     }
@@ -418,11 +417,28 @@ void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv)
     *block_kv = tile_candidates[candidate][1];
 }
 
-size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv)
+/* A work-item of a tile prefetches the next K and V tiles where it owns at least this many
+ * query rows: the loads' latency was then what the tile kernel waited for (H200, float32,
+ * the same kernel with and without: head dim 64, 64 x 16, 21.9 and 20.1 TFLOP/s; 128,
+ * 32 x 16, 21.2 and 15.5). With fewer, each K and V element read from local memory feeds too
+ * few products, and the larger tile that one shared buffer leaves room for is worth more
+ * (head dim 256: 8 x 16 prefetching 6.8 TFLOP/s, 16 x 16 without 14.4). */
+#define FCL_PREFETCH_MIN_ROWS 4
+
+int fcl_attention_tile_prefetch(size_t block_q, size_t work_group_size)
 {
-    /* q_tile and kv_tile rows of dim + 4 floats, p_tile, and row_parts (8 + 1 per row). */
-    return sizeof(float) * (block_q * (dim + 4) + block_kv * (dim + 4) +
-                            block_q * (block_kv + 1) + block_q * 9);
+    const size_t items_q = fcl_attention_tile_items_q(work_group_size);
+    return items_q && block_q / items_q >= FCL_PREFETCH_MIN_ROWS;
+}
+
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
+                                 size_t work_group_size)
+{
+    /* q_tile and k_tile rows of dim + 4 floats (and v_tile's, prefetching), p_tile rows of
+     * block_kv + 4, and row_parts (8 + 1 per row). */
+    const size_t kv_tiles = fcl_attention_tile_prefetch(block_q, work_group_size) ? 2 : 1;
+    return sizeof(float) * (block_q * (dim + 4) + kv_tiles * block_kv * (dim + 4) +
+                            block_q * (block_kv + 4) + block_q * 9);
 }
 
 int fcl_attention_tile_candidate(size_t block_q, size_t block_kv)
@@ -447,9 +463,11 @@ size_t fcl_attention_tile_items_q(size_t work_group_size)
 }
 
 /* Local memory of a tile as the driver counts it (rusticl counts double, NVIDIA adds 4 bytes). */
-static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk)
+static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk,
+                                 size_t group)
 {
-    return fcl_attention_local_bytes(dim, bq, bk) * (info->local_mem_scale ? info->local_mem_scale : 1) +
+    return fcl_attention_local_bytes(dim, bq, bk, group) *
+               (info->local_mem_scale ? info->local_mem_scale : 1) +
            info->local_mem_reserved;
 }
 
@@ -474,7 +492,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
         shapes_fit = 1;
         for (int c = first; c < N_TILE_CANDIDATES; c++) {
             size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
-            if (bq % tq || bk % tk || tile_local_bytes(info, dim, bq, bk) > info->local_mem_size)
+            if (bq % tq || bk % tk || tile_local_bytes(info, dim, bq, bk, tq * tk) > info->local_mem_size)
                 continue;
             local_fits = 1;
             if (tile_accumulators(dim, bq, bk, tq, tk) <= max_accumulators) {
@@ -495,7 +513,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
     else if (!local_fits)
         snprintf(tile->rows_because, sizeof tile->rows_because,
                  "the smallest tile (%zu x %zu) needs %llu bytes of local memory, the device has %llu",
-                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk),
+                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk, fewest),
                  (unsigned long long)info->local_mem_size);
     else
         snprintf(tile->rows_because, sizeof tile->rows_because,
@@ -578,14 +596,15 @@ static loop_cost tile_loop_cost(size_t dim, size_t bq, size_t bk, size_t group)
 {
     const size_t items_q = fcl_attention_tile_items_q(group);
     const size_t tq = items_q ? items_q : 1, tk = group / tq ? group / tq : 1;
-    const size_t sq = bq / tq, sk = bk / tk, sd = ceil_div(dim, tk);
+    const size_t sq = bq / tq, sk = bk / tk, sd4 = ceil_div(dim, 4 * tk);
     const size_t block = sq * (1 + sk); /* one pass over the score block */
     /* fa_load_typed: batches of 8 loads and 8 stores over rows x dim elements */
     const size_t load_q = 17 * ceil_div(bq * dim, 8 * group), load_kv = 17 * ceil_div(bk * dim, 8 * group);
     loop_cost c;
-    c.per_step = load_q + sq * (2 + sd) + sq * (2 + tk + sd) + 1;
+    c.per_step = load_q + sq * (2 + sd4) + sq * (2 + tk + 5 * sd4) + 1;
     c.per_key_block = 1 + 2 * load_kv + (dim / 4) * (1 + sq + sk + block) + 7 * block +
-                      sq * (2 + tk + sk + sd) + bk * (1 + sd + sq * (1 + sd));
+                      sq * (2 + tk + sk + sd4) +
+                      ceil_div(bk, 4) * (1 + sq + 4 * (1 + sd4 + sq * (1 + sd4)));
     c.keys_per_block = bk;
     return c;
 }

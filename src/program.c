@@ -98,15 +98,16 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
     } else {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
-                    "#line 1 \"attention_tile.cl\"\n%s\n",
+                    "#define FA_PREFETCH %d\n#line 1 \"attention_tile.cl\"\n%s\n",
                  tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
+                 fcl_attention_tile_prefetch(tile->block_q, tile->work_group_size),
                  fcl_cl_attention_tile);
         if (decode_built_for(variant))
             /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
                      fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
-        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n");
+        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n");
     }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
@@ -382,7 +383,8 @@ static void replan_tile(fcl_context *ctx, kernel_plan *plan, int b, size_t wg, c
     int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
     size_t group = built.work_group_size;
     if (local > ctx->info.local_mem_size) {
-        cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q, built.block_kv);
+        cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q,
+                                                      built.block_kv, built.work_group_size);
         room.local_mem_size = ctx->info.local_mem_size * declared / local;
         next++;
     } else {

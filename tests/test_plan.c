@@ -295,19 +295,25 @@ static void test_attention_tiles(void **state)
     fill_attention_tiles(&nv);
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
-    /* 80 accumulators (NVIDIA, CPUs): 64 x 16 at head_dim 64 (28.4 KB); AMD's 76: 32 x 32. */
+    /* NVIDIA's 96 accumulators: 64 x 32 at head_dim 64, prefetching (46.3 KB); CPUs' 80:
+     * 64 x 16; AMD's 76: 32 x 32. */
     assert_int_equal(nv.attention_tiles[0].block_q, 64);
-    assert_int_equal(nv.attention_tiles[0].block_kv, 16);
+    assert_int_equal(nv.attention_tiles[0].block_kv, 32);
+    assert_true(fcl_attention_tile_prefetch(64, nv.attention_tiles[0].work_group_size));
     assert_int_equal(cpu.attention_tiles[0].block_q, 64);
     assert_int_equal(cpu.attention_tiles[0].block_kv, 16);
     assert_int_equal(amd.attention_tiles[0].block_q, 32);
     assert_int_equal(amd.attention_tiles[0].block_kv, 32);
-    /* 48 KiB: 32 x 32 tiles up to head_dim 128; 256 needs 16 x 16 (16 x 32 is 52.6 KB). */
+    /* 48 KiB: at head_dim 128, 32 x 16 prefetching (32 x 32 would need 56.4 KB); at 256,
+     * 16 x 16 in one shared K/V buffer (two rows a work-item: no prefetching; 16 x 32 is
+     * 52.8 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
-    assert_int_equal(nv.attention_tiles[1].block_kv, 32);
+    assert_int_equal(nv.attention_tiles[1].block_kv, 16);
+    assert_true(fcl_attention_local_bytes(128, 32, 32, 64) > 48 * 1024);
     assert_int_equal(nv.attention_tiles[2].block_q, 16);
     assert_int_equal(nv.attention_tiles[2].block_kv, 16);
-    assert_true(fcl_attention_local_bytes(256, 16, 16) <= 48 * 1024);
+    assert_false(fcl_attention_tile_prefetch(16, 64));
+    assert_true(fcl_attention_local_bytes(256, 16, 16, 64) <= 48 * 1024);
     /* 64 KiB (AMD) and POCL's 2 MiB hold 16 x 32 at head_dim 256. */
     assert_int_equal(amd.attention_tiles[2].block_kv, 32);
     assert_int_equal(cpu.attention_tiles[2].block_kv, 32);
@@ -414,7 +420,7 @@ static void test_attention_splits(void **state)
     d.kv_splits = 7;
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 7);
-    d.len_kv = 40; /* two key tiles */
+    d.len_kv = 24; /* two key tiles (of 16 at head_dim 128) */
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 2);
 }
@@ -470,7 +476,8 @@ static void check_attention_runs(const fcl_device_info *i, size_t wg)
         }
         assert_true(l.work_group_size >= 1 && l.work_group_size <= wg);
         if (l.path == FCL_ATTENTION_PATH_TILE)
-            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv) *
+            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv,
+                                                  l.work_group_size) *
                                 i->local_mem_scale + i->local_mem_reserved <=
                         i->local_mem_size);
         assert_true(l.splits >= 1 && l.splits <= FA_MAX_SPLITS && l.split_len * l.splits >= d.len_kv);
