@@ -267,6 +267,15 @@ size_t fcl_attention_tile_items_q(size_t work_group_size);
 void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                              size_t max_accumulators, size_t work_group_limit,
                              struct fcl_attention_tile *tile);
+/* A bucket's tile planned again after its compiled kernel did not fit (*tile as built, then
+ * the new plan): a kernel that allowed a work-group of only allowed_group gets a smaller
+ * group; one whose local memory as the driver counts it (counted_local) exceeds the device's
+ * gets the next smaller tile within the room that count leaves, for a driver may count more
+ * than the tile declares (Oclgrind: three times), so that one rebuild fits. Where none does,
+ * the rows kernel serves and rows_because says why. */
+void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t max_accumulators,
+                              size_t allowed_group, cl_ulong counted_local,
+                              struct fcl_attention_tile *tile);
 /* Every bucket's tile before the build (tiles[FCL_ATTENTION_BUCKETS]): the tuning's tile, or
  * the largest that fits, or the rows kernel where the tuning prefers it; with the rows
  * kernel's queries per work-item. */

@@ -521,6 +521,31 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                  max_accumulators);
 }
 
+void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t max_accumulators,
+                              size_t allowed_group, cl_ulong counted_local,
+                              struct fcl_attention_tile *tile)
+{
+    const struct fcl_attention_tile built = *tile;
+    fcl_device_info room = *info;
+    int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
+    size_t group = built.work_group_size;
+    if (counted_local > info->local_mem_size) {
+        const cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q,
+                                                            built.block_kv, built.work_group_size);
+        room.local_mem_size = info->local_mem_size * declared / counted_local;
+        next++;
+    } else {
+        group = allowed_group;
+    }
+    fcl_plan_attention_tile(&room, bucket, next, max_accumulators, group, tile);
+    tile->rows_block_q = built.rows_block_q;
+    if (!tile->block_q && counted_local > info->local_mem_size)
+        snprintf(tile->rows_because, sizeof tile->rows_because,
+                 "the %zu x %zu tile's kernel counts %llu bytes of local memory, the device has "
+                 "%llu", built.block_q, built.block_kv, (unsigned long long)counted_local,
+                 (unsigned long long)info->local_mem_size);
+}
+
 void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
                               struct fcl_attention_tile *tiles)
 {

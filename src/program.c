@@ -371,34 +371,6 @@ static fcl_status create_fitting(fcl_context *ctx, cl_program program, const cha
     return s;
 }
 
-/* Plans bucket b's tile again after its kernel did not fit: one that allowed a work-group of
- * only wg gets a smaller group; one that uses more local memory (as the driver counts it) than
- * the device has gets the next smaller tile within the room the driver's count leaves, for it
- * may count more than the tile declares (Oclgrind: three times), so that one rebuild fits. */
-static void replan_tile(fcl_context *ctx, kernel_plan *plan, int b, size_t wg, cl_ulong local)
-{
-    struct fcl_attention_tile *tile = &plan->tile[b];
-    const struct fcl_attention_tile built = *tile;
-    fcl_device_info room = ctx->info;
-    int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
-    size_t group = built.work_group_size;
-    if (local > ctx->info.local_mem_size) {
-        cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q,
-                                                      built.block_kv, built.work_group_size);
-        room.local_mem_size = ctx->info.local_mem_size * declared / local;
-        next++;
-    } else {
-        group = wg;
-    }
-    fcl_plan_attention_tile(&room, b, next, plan->attention_accumulators, group, tile);
-    tile->rows_block_q = built.rows_block_q;
-    if (!tile->block_q && local > ctx->info.local_mem_size)
-        snprintf(tile->rows_because, sizeof tile->rows_because,
-                 "the %zu x %zu tile's kernel counts %llu bytes of local memory, the device has "
-                 "%llu", built.block_q, built.block_kv,
-                 (unsigned long long)local, (unsigned long long)ctx->info.local_mem_size);
-}
-
 /* Creates one bucket's tile kernels (every feature set) and decode kernels, where built. A
  * tile kernel that needs more local memory than the device has moves the bucket to the next
  * smaller tile, one that cannot run its work-group to a smaller group (or either to the rows
@@ -421,7 +393,7 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     if (s != FCL_SUCCESS)
         return s;
     if (!fits) {
-        replan_tile(ctx, plan, b, wg, local);
+        fcl_plan_attention_refit(&ctx->info, b, plan->attention_accumulators, wg, local, tile);
         *rebuild = 1;
         return FCL_SUCCESS;
     }

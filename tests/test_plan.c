@@ -357,6 +357,38 @@ static void test_attention_tiles(void **state)
     assert_int_equal(l.work_group_size, 64);
 }
 
+/* A tile whose compiled kernel did not fit, planned again: past the local memory as the
+ * driver counts it (Oclgrind counts three times what is declared), the next smaller tile
+ * that fits that count; past the kernel's work-group limit, the tiles of smaller groups;
+ * where nothing fits, the rows kernel and why. */
+static void test_attention_refit(void **state)
+{
+    (void)state;
+    fcl_device_info nv = nvidia_like();
+    fill_attention_tiles(&nv);
+    const struct fcl_attention_tile built = nv.attention_tiles[0]; /* 64 x 32, 64 work-items */
+    const cl_ulong declared =
+        fcl_attention_local_bytes(64, built.block_q, built.block_kv, built.work_group_size);
+
+    struct fcl_attention_tile tile = built;
+    fcl_plan_attention_refit(&nv, 0, 96, built.work_group_size, 3 * declared, &tile);
+    assert_int_equal(tile.block_q, 16);
+    assert_int_equal(tile.block_kv, 32);
+    assert_true(3 * fcl_attention_local_bytes(64, tile.block_q, tile.block_kv,
+                                              tile.work_group_size) <= nv.local_mem_size);
+    assert_int_equal(tile.rows_block_q, built.rows_block_q);
+
+    tile = built;
+    fcl_plan_attention_refit(&nv, 0, 96, 32, declared, &tile);
+    assert_int_equal(tile.work_group_size, 32);
+    assert_true(tile.block_q > 0 && tile.block_q % 4 == 0);
+
+    tile = built;
+    fcl_plan_attention_refit(&nv, 0, 96, built.work_group_size, 1000 * declared, &tile);
+    assert_int_equal(tile.block_q, 0);
+    assert_non_null(strstr(tile.rows_because, "64 x 32 tile's kernel counts"));
+}
+
 static void test_attention_splits(void **state)
 {
     (void)state;
@@ -695,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_kernel_limits_win), cmocka_unit_test(test_pocl_like),
         cmocka_unit_test(test_forced_choices), cmocka_unit_test(test_loop_iteration_cap),
         cmocka_unit_test(test_attention_tiles), cmocka_unit_test(test_attention_splits),
+        cmocka_unit_test(test_attention_refit),
         cmocka_unit_test(test_any_limits_give_runnable_plans),
         cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_mma_path_rules),
         cmocka_unit_test(test_tuning), cmocka_unit_test(test_softmax_nv_plan),
