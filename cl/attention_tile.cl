@@ -8,13 +8,14 @@
  *   FA_TK    work-item columns: FA_TQ x FA_TK work-items
  *   FA_PREFETCH  1: K and V tiles in buffers of their own, each fetched into registers
  *            during the product before its use; 0: one buffer they take turns in, each
- *            loaded when it is needed (where two buffers do not fit, fcl_plan_attention_tile)
+ *            loaded when it is needed (fcl_attention_tile_prefetch says which)
+ *   FA_PV_VEC    1: o += P V reads p as float4s of 4 keys (the device table's choice)
  * Needs attention_common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows
  * of one (batch, head): the scaled Q tile stays in local memory, K and V tiles stream
  * through local memory, scores live in registers and one local tile, and each row keeps
  * its running (m, l) and an output accumulator o in float32, in the registers of the
  * work-items that own the row's scores and output columns. Both products read local memory
- * in float4s: S = Q K^T along the head dim, o += P V along the keys. The len_q x len_kv
+ * in float4s: S = Q K^T along the head dim, o += P V along V's rows. The len_q x len_kv
  * scores never reach global memory. With several key splits, each work-group writes its
  * unnormalised partial (m, l, o) and attention_merge_splits combines them.
  */
@@ -322,6 +323,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_SD4; j++)
                     o[i][j] *= alpha[i];
+#if FA_PV_VEC
             /* o += P V, 4 keys a step: a float4 of each row's p and a float4 of each of
              * the 4 V rows feed 4 x FA_SD4 x 4 FMAs per row, so local memory is read in
              * 16-byte words, about one a 16 FMAs (the keys are added in order). */
@@ -345,6 +347,23 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     }
                 }
             }
+#else
+            /* o += P V one key at a time: fewer values live than 4 keys a step (AMD's
+             * compiler loads all 4 keys' V at once and spills). */
+            for (uint c = 0; c < FA_BK; c++) {
+                float4 vv[FA_SD4];
+                #pragma unroll
+                for (uint j = 0; j < FA_SD4; j++)
+                    vv[j] = ((__local const float4 *)v_tile[c])[tk + j * FA_TK];
+                #pragma unroll
+                for (uint i = 0; i < FA_SQ; i++) {
+                    const float pe = p_tile[tq + i * FA_TQ][c];
+                    #pragma unroll
+                    for (uint j = 0; j < FA_SD4; j++)
+                        o[i][j] = fma((float4)(pe), vv[j], o[i][j]);
+                }
+            }
+#endif
 #if FA_PREFETCH
             if (k1 < w.kv_end)
                 FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k1,

@@ -207,6 +207,8 @@ typedef struct fcl_tuning {
     int attention_rows;        /* attention as a block of queries per work-item */
     size_t attention_group;    /* most work-items of a tile work-group (16, 32, 64); 0: as
                                   many as the kernels allow */
+    int attention_pv_vec;      /* the tile kernel's o += P V reads p 4 keys at a time */
+    int attention_prefetch;    /* ... and may prefetch the next K and V tiles */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
@@ -214,7 +216,9 @@ typedef struct fcl_tuning {
 } fcl_tuning;
 /* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
  * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64,
- * attention_tile=BQxBK, attention_mma=0|1, softmax_nv=0|1) applied; NULL or "" changes
+ * attention_tile=BQxBK, attention_prefetch=0|1, attention_pv_vec=0|1, attention_mma=0|1,
+ * softmax_nv=0|1) applied;
+ * NULL or "" changes
  * nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or
  * the thread if NULL). */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
@@ -261,11 +265,12 @@ size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vec
 size_t fcl_attention_tile_items_q(size_t work_group_size);
 /* Plans one bucket's tile kernel into *tile (max_head_dim, block_q, block_kv,
  * work_group_size): the largest work-group up to work_group_limit with a candidate, from
- * `first` on, whose local memory fits the device and whose accumulators per work-item stay
- * within max_accumulators; the first such candidate. Where none does, block_q is 0 (the rows
- * kernel serves) and rows_because names the limit that ruled the tiles out. */
+ * `first` on, whose local memory (prefetch: with the prefetching tiles' second buffer where
+ * they prefetch) fits the device and whose accumulators per work-item stay within
+ * max_accumulators; the first such candidate. Where none does, block_q is 0 (the rows kernel
+ * serves) and rows_because names the limit that ruled the tiles out. */
 void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
-                             size_t max_accumulators, size_t work_group_limit,
+                             size_t max_accumulators, size_t work_group_limit, int prefetch,
                              struct fcl_attention_tile *tile);
 /* A bucket's tile planned again after its compiled kernel did not fit (*tile as built, then
  * the new plan): a kernel that allowed a work-group of only allowed_group gets a smaller
@@ -274,7 +279,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
  * than the tile declares (Oclgrind: three times), so that one rebuild fits. Where none does,
  * the rows kernel serves and rows_because says why. */
 void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t max_accumulators,
-                              size_t allowed_group, cl_ulong counted_local,
+                              int prefetch, size_t allowed_group, cl_ulong counted_local,
                               struct fcl_attention_tile *tile);
 /* Every bucket's tile before the build (tiles[FCL_ATTENTION_BUCKETS]): the tuning's tile, or
  * the largest that fits, or the rows kernel where the tuning prefers it; with the rows
@@ -303,11 +308,12 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
  * (gqa_rows). */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
 /* Whether a tile of block_q queries in a work-group of work_group_size prefetches the next
- * K and V tiles (attention_tile.cl's FA_PREFETCH: two local buffers instead of one). */
-int fcl_attention_tile_prefetch(size_t block_q, size_t work_group_size);
+ * K and V tiles (attention_tile.cl's FA_PREFETCH: two local buffers instead of one), where
+ * the device's tuning allows it (fcl_tuning.attention_prefetch). */
+int fcl_attention_tile_prefetch(int allowed, size_t block_q, size_t work_group_size);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
-                                 size_t work_group_size);
+                                 size_t work_group_size, int prefetch);
 
 typedef struct fcl_attention_launch {
     int bucket;

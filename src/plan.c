@@ -45,8 +45,11 @@ static const struct device_entry {
     size_t softmax_work_group, vector_width; /* vector_width 0: the device's preferred */
     size_t block_items, block_lanes;         /* rows in registers (FCL_BLOCK_ITEMS) */
     /* Attention: float accumulators per work-item (8 x 8 work-items per group: output and
-     * score blocks) beyond which the device spills registers. */
+     * score blocks) beyond which the device spills registers; whether the tile kernel's
+     * o += P V reads p 4 keys at a time (FA_PV_VEC); whether it may prefetch the next K and
+     * V tiles (FA_PREFETCH, where a work-item owns enough query rows). */
     size_t attention_accumulators;
+    int attention_pv_vec, attention_prefetch;
 } device_table[] = {
     /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
      * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, 8 or more
@@ -55,20 +58,25 @@ static const struct device_entry {
      * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
      * at every N. 96 attention accumulators admit 64 x 32 tiles at head_dim 64: with the
      * next K and V tiles prefetched, 16% faster than 64 x 16 (80) on the H200 (25.4 against
-     * 21.9 TFLOP/s, float32). */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96},
+     * 21.9 TFLOP/s, float32). p read 4 keys at a time: 1-5% faster on the H200 (prefetching,
+     * head dims 64 and 128). */
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96, 1, 1},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
-     * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: the 32 x 32
-     * tile at head_dim 128 (80) spills 22 VGPRs on wave32 RDNA2 (gfx1030) with v0.2's
-     * per-sequence addressing (.ci/amd-offline-check.sh), so that bucket takes 16 x 32. */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76},
-    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80},
+     * register rows as on NVIDIA (not measured on AMD hardware). 71 accumulators: on wave32
+     * RDNA2 (gfx1030, .ci/amd-offline-check.sh) the 32 x 32 tile at head_dim 128 (80)
+     * spilled 22 VGPRs with v0.2's per-sequence addressing, and 32 x 16 (72) spills 1 in the
+     * all-feature build, so that bucket takes 16 x 32 and head_dim 256 16 x 16. p
+     * read 4 keys at a time spills 27-88 VGPRs on gfx1030 at every head dim (the compiler
+     * loads the 4 keys' V rows at once), and so does prefetching at head dims 64 and 128
+     * (27-71: the fetched tile stays live through the scores); gfx90a has room for both. */
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 71, 0, 0},
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80, 0, 1},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
      * AVX-512): 4 work-items beat 64 by up to 3x on long rows (docs/PERFORMANCE.md);
      * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels. */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80},
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 1},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
@@ -114,6 +122,14 @@ static int apply_override(fcl_tuning *t, const char *key, const char *value)
         t->attention_rows = (int)v;
         return 1;
     }
+    if (strcmp(key, "attention_prefetch") == 0 && v <= 1) {
+        t->attention_prefetch = (int)v;
+        return 1;
+    }
+    if (strcmp(key, "attention_pv_vec") == 0 && v <= 1) {
+        t->attention_pv_vec = (int)v;
+        return 1;
+    }
     if (strcmp(key, "attention_mma") == 0 && v <= 1) {
         t->attention_mma = (int)v;
         return 1;
@@ -142,6 +158,8 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     t->softmax_block_items = e->block_items;
     t->softmax_block_lanes = e->block_lanes;
     t->attention_accumulators = e->attention_accumulators;
+    t->attention_pv_vec = e->attention_pv_vec;
+    t->attention_prefetch = e->attention_prefetch;
     t->attention_tile = -1;
     t->attention_group = 0;
     t->softmax_rows = info->local_mem_is_global;
@@ -174,7 +192,9 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
                             "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
                             "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
                             "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1>, attention_mma=<0 or 1>, softmax_nv=<0 or 1>, "
+                            "attention_rows=<0 or 1>, attention_prefetch=<0 or 1>, "
+                            "attention_pv_vec=<0 or 1>, "
+                            "attention_mma=<0 or 1>, softmax_nv=<0 or 1>, "
                             "attention_group=<16, 32 or 64> or "
                             "attention_tile=<one of 64x32, 64x16, 32x32, 32x16, 16x32, 16x16, 8x16, 8x8, "
                             "4x8>, separated by commas",
@@ -417,26 +437,27 @@ void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv)
     *block_kv = tile_candidates[candidate][1];
 }
 
-/* A work-item of a tile prefetches the next K and V tiles where it owns at least this many
- * query rows: the loads' latency was then what the tile kernel waited for (H200, float32,
- * the same kernel with and without: head dim 64, 64 x 16, 21.9 and 20.1 TFLOP/s; 128,
- * 32 x 16, 21.2 and 15.5). With fewer, each K and V element read from local memory feeds too
- * few products, and the larger tile that one shared buffer leaves room for is worth more
- * (head dim 256: 8 x 16 prefetching 6.8 TFLOP/s, 16 x 16 without 14.4). */
+/* A work-item of a tile prefetches the next K and V tiles where the device table allows it
+ * and it owns at least this many query rows: the loads' latency was then what the tile
+ * kernel waited for (H200, float32, the same kernel with and without: head dim 64, 64 x 16,
+ * 21.9 and 20.1 TFLOP/s; 128, 32 x 16, 21.2 and 15.5). With fewer, each K and V element read
+ * from local memory feeds too few products, and the larger tile that one shared buffer
+ * leaves room for is worth more (head dim 256: 8 x 16 prefetching 6.8 TFLOP/s, 16 x 16
+ * without 14.4). */
 #define FCL_PREFETCH_MIN_ROWS 4
 
-int fcl_attention_tile_prefetch(size_t block_q, size_t work_group_size)
+int fcl_attention_tile_prefetch(int allowed, size_t block_q, size_t work_group_size)
 {
     const size_t items_q = fcl_attention_tile_items_q(work_group_size);
-    return items_q && block_q / items_q >= FCL_PREFETCH_MIN_ROWS;
+    return allowed && items_q && block_q / items_q >= FCL_PREFETCH_MIN_ROWS;
 }
 
 size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
-                                 size_t work_group_size)
+                                 size_t work_group_size, int prefetch)
 {
     /* q_tile and k_tile rows of dim + 4 floats (and v_tile's, prefetching), p_tile rows of
      * block_kv + 4, and row_parts (8 + 1 per row). */
-    const size_t kv_tiles = fcl_attention_tile_prefetch(block_q, work_group_size) ? 2 : 1;
+    const size_t kv_tiles = fcl_attention_tile_prefetch(prefetch, block_q, work_group_size) ? 2 : 1;
     return sizeof(float) * (block_q * (dim + 4) + kv_tiles * block_kv * (dim + 4) +
                             block_q * (block_kv + 4) + block_q * 9);
 }
@@ -464,9 +485,9 @@ size_t fcl_attention_tile_items_q(size_t work_group_size)
 
 /* Local memory of a tile as the driver counts it (rusticl counts double, NVIDIA adds 4 bytes). */
 static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk,
-                                 size_t group)
+                                 size_t group, int prefetch)
 {
-    return fcl_attention_local_bytes(dim, bq, bk, group) *
+    return fcl_attention_local_bytes(dim, bq, bk, group, prefetch) *
                (info->local_mem_scale ? info->local_mem_scale : 1) +
            info->local_mem_reserved;
 }
@@ -478,7 +499,7 @@ static size_t tile_accumulators(size_t dim, size_t bq, size_t bk, size_t tq, siz
 }
 
 void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
-                             size_t max_accumulators, size_t work_group_limit,
+                             size_t max_accumulators, size_t work_group_limit, int prefetch,
                              struct fcl_attention_tile *tile)
 {
     const size_t dim = bucket_dims[bucket];
@@ -492,7 +513,8 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
         shapes_fit = 1;
         for (int c = first; c < N_TILE_CANDIDATES; c++) {
             size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
-            if (bq % tq || bk % tk || tile_local_bytes(info, dim, bq, bk, tq * tk) > info->local_mem_size)
+            if (bq % tq || bk % tk ||
+                tile_local_bytes(info, dim, bq, bk, tq * tk, prefetch) > info->local_mem_size)
                 continue;
             local_fits = 1;
             if (tile_accumulators(dim, bq, bk, tq, tk) <= max_accumulators) {
@@ -513,7 +535,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
     else if (!local_fits)
         snprintf(tile->rows_because, sizeof tile->rows_because,
                  "the smallest tile (%zu x %zu) needs %llu bytes of local memory, the device has %llu",
-                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk, fewest),
+                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk, fewest, prefetch),
                  (unsigned long long)info->local_mem_size);
     else
         snprintf(tile->rows_because, sizeof tile->rows_because,
@@ -522,7 +544,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
 }
 
 void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t max_accumulators,
-                              size_t allowed_group, cl_ulong counted_local,
+                              int prefetch, size_t allowed_group, cl_ulong counted_local,
                               struct fcl_attention_tile *tile)
 {
     const struct fcl_attention_tile built = *tile;
@@ -530,14 +552,14 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
     int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
     size_t group = built.work_group_size;
     if (counted_local > info->local_mem_size) {
-        const cl_ulong declared = fcl_attention_local_bytes(built.max_head_dim, built.block_q,
-                                                            built.block_kv, built.work_group_size);
+        const cl_ulong declared = fcl_attention_local_bytes(
+            built.max_head_dim, built.block_q, built.block_kv, built.work_group_size, prefetch);
         room.local_mem_size = info->local_mem_size * declared / counted_local;
         next++;
     } else {
         group = allowed_group;
     }
-    fcl_plan_attention_tile(&room, bucket, next, max_accumulators, group, tile);
+    fcl_plan_attention_tile(&room, bucket, next, max_accumulators, group, prefetch, tile);
     tile->rows_block_q = built.rows_block_q;
     if (!tile->block_q && counted_local > info->local_mem_size)
         snprintf(tile->rows_because, sizeof tile->rows_because,
@@ -559,7 +581,7 @@ void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tun
          * else the next that fits. */
         fcl_plan_attention_tile(info, b, forced < 0 ? 0 : forced,
                                 forced < 0 ? tuning->attention_accumulators : (size_t)-1,
-                                group_limit, tile);
+                                group_limit, tuning->attention_prefetch, tile);
         if (tuning->attention_rows) {
             memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
             tile->max_head_dim = fcl_attention_bucket_dim(b);

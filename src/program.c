@@ -36,7 +36,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
  * by what the compiled kernels report. */
 typedef struct kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
-    int force_inline;
+    int force_inline, attention_pv_vec, attention_prefetch;
     /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
      * the rows kernel (a block of queries per work-item) serves that bucket. */
     struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
@@ -98,16 +98,17 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
     } else {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
-                    "#define FA_PREFETCH %d\n#line 1 \"attention_tile.cl\"\n%s\n",
+                    "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n#line 1 \"attention_tile.cl\"\n%s\n",
                  tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
-                 fcl_attention_tile_prefetch(tile->block_q, tile->work_group_size),
-                 fcl_cl_attention_tile);
+                 fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
+                                             tile->work_group_size),
+                 plan->attention_pv_vec, fcl_cl_attention_tile);
         if (decode_built_for(variant))
             /* for one query head, and for GQA groups */
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
                      fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
-        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n");
+        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n#undef FA_PV_VEC\n");
     }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
@@ -393,7 +394,8 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     if (s != FCL_SUCCESS)
         return s;
     if (!fits) {
-        fcl_plan_attention_refit(&ctx->info, b, plan->attention_accumulators, wg, local, tile);
+        fcl_plan_attention_refit(&ctx->info, b, plan->attention_accumulators,
+                                 plan->attention_prefetch, wg, local, tile);
         *rebuild = 1;
         return FCL_SUCCESS;
     }
@@ -659,6 +661,8 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
     plan.force_inline = tuning->force_inline;
+    plan.attention_pv_vec = tuning->attention_pv_vec;
+    plan.attention_prefetch = tuning->attention_prefetch;
     fcl_plan_attention_tiles(info, tuning, plan.tile);
     return plan;
 }

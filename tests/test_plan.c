@@ -296,10 +296,10 @@ static void test_attention_tiles(void **state)
     fill_attention_tiles(&amd);
     fill_attention_tiles(&cpu);
     /* NVIDIA's 96 accumulators: 64 x 32 at head_dim 64, prefetching (46.3 KB); CPUs' 80:
-     * 64 x 16; AMD's 76: 32 x 32. */
+     * 64 x 16; AMD's 71: 32 x 32. */
     assert_int_equal(nv.attention_tiles[0].block_q, 64);
     assert_int_equal(nv.attention_tiles[0].block_kv, 32);
-    assert_true(fcl_attention_tile_prefetch(64, nv.attention_tiles[0].work_group_size));
+    assert_true(fcl_attention_tile_prefetch(1, 64, nv.attention_tiles[0].work_group_size));
     assert_int_equal(cpu.attention_tiles[0].block_q, 64);
     assert_int_equal(cpu.attention_tiles[0].block_kv, 16);
     assert_int_equal(amd.attention_tiles[0].block_q, 32);
@@ -309,13 +309,16 @@ static void test_attention_tiles(void **state)
      * 52.8 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
     assert_int_equal(nv.attention_tiles[1].block_kv, 16);
-    assert_true(fcl_attention_local_bytes(128, 32, 32, 64) > 48 * 1024);
+    assert_true(fcl_attention_local_bytes(128, 32, 32, 64, 1) > 48 * 1024);
     assert_int_equal(nv.attention_tiles[2].block_q, 16);
     assert_int_equal(nv.attention_tiles[2].block_kv, 16);
-    assert_false(fcl_attention_tile_prefetch(16, 64));
-    assert_true(fcl_attention_local_bytes(256, 16, 16, 64) <= 48 * 1024);
-    /* 64 KiB (AMD) and POCL's 2 MiB hold 16 x 32 at head_dim 256. */
-    assert_int_equal(amd.attention_tiles[2].block_kv, 32);
+    assert_false(fcl_attention_tile_prefetch(1, 16, 64));
+    assert_true(fcl_attention_local_bytes(256, 16, 16, 64, 1) <= 48 * 1024);
+    /* POCL's 2 MiB hold 16 x 32 at head_dim 256; AMD's 71 accumulators take 16 x 16 there
+     * (16 x 32 needs 72) and 16 x 32 at 128. */
+    assert_int_equal(amd.attention_tiles[2].block_kv, 16);
+    assert_int_equal(amd.attention_tiles[1].block_q, 16);
+    assert_int_equal(amd.attention_tiles[1].block_kv, 32);
     assert_int_equal(cpu.attention_tiles[2].block_kv, 32);
     /* Head dims pick their bucket by the larger of the two. */
     assert_int_equal(fcl_attention_bucket(64, 64), 0);
@@ -368,23 +371,23 @@ static void test_attention_refit(void **state)
     fill_attention_tiles(&nv);
     const struct fcl_attention_tile built = nv.attention_tiles[0]; /* 64 x 32, 64 work-items */
     const cl_ulong declared =
-        fcl_attention_local_bytes(64, built.block_q, built.block_kv, built.work_group_size);
+        fcl_attention_local_bytes(64, built.block_q, built.block_kv, built.work_group_size, 1);
 
     struct fcl_attention_tile tile = built;
-    fcl_plan_attention_refit(&nv, 0, 96, built.work_group_size, 3 * declared, &tile);
+    fcl_plan_attention_refit(&nv, 0, 96, 1, built.work_group_size, 3 * declared, &tile);
     assert_int_equal(tile.block_q, 16);
     assert_int_equal(tile.block_kv, 32);
     assert_true(3 * fcl_attention_local_bytes(64, tile.block_q, tile.block_kv,
-                                              tile.work_group_size) <= nv.local_mem_size);
+                                              tile.work_group_size, 1) <= nv.local_mem_size);
     assert_int_equal(tile.rows_block_q, built.rows_block_q);
 
     tile = built;
-    fcl_plan_attention_refit(&nv, 0, 96, 32, declared, &tile);
+    fcl_plan_attention_refit(&nv, 0, 96, 1, 32, declared, &tile);
     assert_int_equal(tile.work_group_size, 32);
     assert_true(tile.block_q > 0 && tile.block_q % 4 == 0);
 
     tile = built;
-    fcl_plan_attention_refit(&nv, 0, 96, built.work_group_size, 1000 * declared, &tile);
+    fcl_plan_attention_refit(&nv, 0, 96, 1, built.work_group_size, 1000 * declared, &tile);
     assert_int_equal(tile.block_q, 0);
     assert_non_null(strstr(tile.rows_because, "64 x 32 tile's kernel counts"));
 }
@@ -507,9 +510,11 @@ static void check_attention_runs(const fcl_device_info *i, size_t wg)
             continue;
         }
         assert_true(l.work_group_size >= 1 && l.work_group_size <= wg);
+        fcl_tuning t; /* as fill_attention_tiles planned the tiles */
+        assert_int_equal(fcl_tuning_for(NULL, i, NULL, &t), FCL_SUCCESS);
         if (l.path == FCL_ATTENTION_PATH_TILE)
             assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv,
-                                                  l.work_group_size) *
+                                                  l.work_group_size, t.attention_prefetch) *
                                 i->local_mem_scale + i->local_mem_reserved <=
                         i->local_mem_size);
         assert_true(l.splits >= 1 && l.splits <= FA_MAX_SPLITS && l.split_len * l.splits >= d.len_kv);
