@@ -10,9 +10,10 @@
 #      attention tiles of head dims 64 and 128 with their decode kernels, the rows kernel for
 #      256 and 576, split-KV and the merge kernels;
 #   2. 128 KiB of local memory, where tiles and decode kernels fit every head dim (576 as
-#      well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it;
-#   3. and 4. 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's llvmpipe) and of
-#      16 (4 x 4), by FLASHCL_TUNE.
+#      well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it, with the
+#      tiles that prefetch K and V (as on NVIDIA; the planner's CPU entry prefetches nothing);
+#   3. and 4. 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's llvmpipe; the
+#      prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE.
 # "suites" runs tests of the softmax and attention suites (FLASHCL_TEST_ONLY) with the
 # simulator as their device, in their small-size mode (FLASHCL_TEST_SMALL=1, which leaves out
 # rows over 65536 columns): the checks against the float64 reference with the hard cases
@@ -51,8 +52,8 @@ run() { # name, program, then oclgrind options
 case $mode in
 variants)
   run simulator test_kernel_variants
-  FLASHCL_TUNE=softmax_rows=1 run local128k test_kernel_variants --local-mem-size 131072
-  FLASHCL_TUNE=attention_group=32 run group32 test_kernel_variants --local-mem-size 131072
+  FLASHCL_TUNE=softmax_rows=1,attention_prefetch=1 run local128k test_kernel_variants --local-mem-size 131072
+  FLASHCL_TUNE=attention_group=32,attention_prefetch=1 run group32 test_kernel_variants --local-mem-size 131072
   FLASHCL_TUNE=attention_group=16 run group16 test_kernel_variants --local-mem-size 131072
   ;;
 suites)

@@ -75,8 +75,11 @@ static const struct device_entry {
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
      * AVX-512): 4 work-items beat 64 by up to 3x on long rows (docs/PERFORMANCE.md);
-     * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels. */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 1},
+     * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels.
+     * Prefetched K and V tiles would be values saved across barriers per work-item; on
+     * Mesa's llvmpipe its tiles (16 x 16, where one buffer leaves room for 16 x 32) ran up
+     * to 20% slower. */
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 0},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
