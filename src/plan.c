@@ -3,6 +3,7 @@
  * kernels) report. Pure functions of fcl_device_info, so tests can inject capabilities. */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,64 +85,96 @@ static const struct device_entry {
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
 
+/* FLASHCL_TUNE's keys, one a field of fcl_tuning, and what each value may be: the parser and
+ * the error text come from this one table. Switches and the tile are ints, the rest size_t. */
+typedef enum { TUNE_POW2, TUNE_WIDTH, TUNE_ITEMS, TUNE_SWITCH, TUNE_GROUP, TUNE_TILE } tune_kind;
+static const char *const tune_kind_text[] = {"a power of two up to 1024", "4, 8 or 16", "0 to 64",
+                                             "0 or 1", "16, 32 or 64", NULL};
+static const struct tune_key {
+    const char *key;
+    tune_kind kind;
+    size_t offset;
+} tune_keys[] = {
+    {"softmax_wg", TUNE_POW2, offsetof(fcl_tuning, softmax_work_group)},
+    {"vector_width", TUNE_WIDTH, offsetof(fcl_tuning, vector_width)},
+    {"block_items", TUNE_ITEMS, offsetof(fcl_tuning, softmax_block_items)},
+    {"block_lanes", TUNE_POW2, offsetof(fcl_tuning, softmax_block_lanes)},
+    {"softmax_rows", TUNE_SWITCH, offsetof(fcl_tuning, softmax_rows)},
+    {"attention_rows", TUNE_SWITCH, offsetof(fcl_tuning, attention_rows)},
+    {"attention_prefetch", TUNE_SWITCH, offsetof(fcl_tuning, attention_prefetch)},
+    {"attention_pv_vec", TUNE_SWITCH, offsetof(fcl_tuning, attention_pv_vec)},
+    {"attention_mma", TUNE_SWITCH, offsetof(fcl_tuning, attention_mma)},
+    {"softmax_nv", TUNE_SWITCH, offsetof(fcl_tuning, softmax_nv)},
+    {"attention_group", TUNE_GROUP, offsetof(fcl_tuning, attention_group)},
+    {"attention_tile", TUNE_TILE, offsetof(fcl_tuning, attention_tile)},
+};
+#define N_TUNE_KEYS (sizeof tune_keys / sizeof tune_keys[0])
+
+/* A value of the kind (a tile: its candidate index) from text; -1 where it is not one. */
+static long tune_value(tune_kind kind, const char *text)
+{
+    size_t v, bq, bk;
+    char tail;
+    if (kind == TUNE_TILE)
+        return sscanf(text, "%zux%zu%c", &bq, &bk, &tail) == 2 ? fcl_attention_tile_candidate(bq, bk)
+                                                               : -1;
+    if (sscanf(text, "%zu%c", &v, &tail) != 1)
+        return -1;
+    const int ok = kind == TUNE_POW2    ? v >= 1 && v <= 1024 && (v & (v - 1)) == 0
+                   : kind == TUNE_WIDTH  ? v == 4 || v == 8 || v == 16
+                   : kind == TUNE_ITEMS  ? v <= 64
+                   : kind == TUNE_SWITCH ? v <= 1
+                                         : v == 16 || v == 32 || v == 64;
+    return ok ? (long)v : -1;
+}
+
 /* Applies one "key=value" override; returns 0 when the key or value is not understood. */
 static int apply_override(fcl_tuning *t, const char *key, const char *value)
 {
-    size_t bq, bk, v;
-    char tail;
-    if (strcmp(key, "attention_tile") == 0) {
-        if (sscanf(value, "%zux%zu%c", &bq, &bk, &tail) != 2)
+    for (size_t i = 0; i < N_TUNE_KEYS; i++) {
+        if (strcmp(key, tune_keys[i].key) != 0)
+            continue;
+        const long v = tune_value(tune_keys[i].kind, value);
+        char *field = (char *)t + tune_keys[i].offset;
+        if (v < 0)
             return 0;
-        t->attention_tile = fcl_attention_tile_candidate(bq, bk);
-        return t->attention_tile >= 0;
-    }
-    if (sscanf(value, "%zu%c", &v, &tail) != 1)
-        return 0;
-    if (strcmp(key, "softmax_wg") == 0 && v >= 1 && v <= 1024 && (v & (v - 1)) == 0) {
-        t->softmax_work_group = v;
-        return 1;
-    }
-    if (strcmp(key, "vector_width") == 0 && (v == 4 || v == 8 || v == 16)) {
-        t->vector_width = v;
-        return 1;
-    }
-    if (strcmp(key, "block_items") == 0 && v <= 64) {
-        t->softmax_block_items = v;
-        return 1;
-    }
-    if (strcmp(key, "block_lanes") == 0 && v >= 1 && v <= 1024 && (v & (v - 1)) == 0) {
-        t->softmax_block_lanes = v;
-        return 1;
-    }
-    if (strcmp(key, "softmax_rows") == 0 && v <= 1) {
-        t->softmax_rows = (int)v;
-        return 1;
-    }
-    if (strcmp(key, "attention_group") == 0 && (v == 16 || v == 32 || v == 64)) {
-        t->attention_group = v;
-        return 1;
-    }
-    if (strcmp(key, "attention_rows") == 0 && v <= 1) {
-        t->attention_rows = (int)v;
-        return 1;
-    }
-    if (strcmp(key, "attention_prefetch") == 0 && v <= 1) {
-        t->attention_prefetch = (int)v;
-        return 1;
-    }
-    if (strcmp(key, "attention_pv_vec") == 0 && v <= 1) {
-        t->attention_pv_vec = (int)v;
-        return 1;
-    }
-    if (strcmp(key, "attention_mma") == 0 && v <= 1) {
-        t->attention_mma = (int)v;
-        return 1;
-    }
-    if (strcmp(key, "softmax_nv") == 0 && v <= 1) {
-        t->softmax_nv = (int)v;
+        if (tune_keys[i].kind == TUNE_SWITCH || tune_keys[i].kind == TUNE_TILE)
+            *(int *)(void *)field = (int)v;
+        else
+            *(size_t *)(void *)field = (size_t)v;
         return 1;
     }
     return 0;
+}
+
+/* Appends text to buf (cap bytes, *n of them used), cutting what does not fit. */
+static void append(char *buf, size_t cap, size_t *n, const char *text)
+{
+    if (*n >= cap)
+        return;
+    const int k = snprintf(buf + *n, cap - *n, "%s", text);
+    *n += k > 0 ? (size_t)k : 0;
+}
+
+/* The keys and their values, for the error text: "key=<values>, ...". */
+static void tune_keys_text(char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_TUNE_KEYS; i++) {
+        append(buf, cap, &n, i ? ", " : "");
+        append(buf, cap, &n, tune_keys[i].key);
+        append(buf, cap, &n, "=<");
+        if (tune_keys[i].kind != TUNE_TILE)
+            append(buf, cap, &n, tune_kind_text[tune_keys[i].kind]);
+        for (int c = 0; tune_keys[i].kind == TUNE_TILE && c < N_TILE_CANDIDATES; c++) {
+            char tile[32];
+            snprintf(tile, sizeof tile, "%s%zux%zu", c ? ", " : "one of ", tile_candidates[c][0],
+                     tile_candidates[c][1]);
+            append(buf, cap, &n, tile);
+        }
+        append(buf, cap, &n, ">");
+    }
 }
 
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
@@ -190,18 +223,13 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
         char *eq = strchr(item, '=');
         if (eq)
             *eq = '\0';
-        if (!eq || !apply_override(t, item, eq + 1))
+        if (!eq || !apply_override(t, item, eq + 1)) {
+            char keys[1024];
+            tune_keys_text(keys, sizeof keys);
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                            "FLASHCL_TUNE: \"%s%s%s\" is not understood; give softmax_wg=<a power "
-                            "of two up to 1024>, vector_width=<4, 8 or 16>, block_items=<0 to "
-                            "64>, block_lanes=<a power of two up to 1024>, softmax_rows=<0 or 1>, "
-                            "attention_rows=<0 or 1>, attention_prefetch=<0 or 1>, "
-                            "attention_pv_vec=<0 or 1>, "
-                            "attention_mma=<0 or 1>, softmax_nv=<0 or 1>, "
-                            "attention_group=<16, 32 or 64> or "
-                            "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 32x16, 16x16, 8x16, 8x8, "
-                            "4x8>, separated by commas",
-                            item, eq ? "=" : "", eq ? eq + 1 : "");
+                            "FLASHCL_TUNE: \"%s%s%s\" is not understood; give %s, separated by "
+                            "commas", item, eq ? "=" : "", eq ? eq + 1 : "", keys);
+        }
     }
     return FCL_SUCCESS;
 }

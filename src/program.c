@@ -98,7 +98,8 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
     } else {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
-                    "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n#line 1 \"attention_tile.cl\"\n%s\n",
+                    "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n"
+                    "#line 1 \"attention_tile.cl\"\n%s\n",
                  tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
                  fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
                                              tile->work_group_size),
@@ -108,7 +109,8 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
             text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
                         "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
                      fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
-        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n#undef FA_PV_VEC\n");
+        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
+                    "#undef FA_PV_VEC\n");
     }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }

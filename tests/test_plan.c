@@ -715,14 +715,28 @@ static void test_tuning(void **state)
     assert_int_equal(t.softmax_nv, 1);
     assert_int_equal(fcl_tuning_for(NULL, &cpu, "softmax_nv=0", &t), FCL_SUCCESS);
     assert_int_equal(t.softmax_nv, 0);
+    /* The tile kernel's switches: the device table's, then FLASHCL_TUNE's. */
+    assert_int_equal(t.attention_prefetch, 0);
+    assert_int_equal(fcl_tuning_for(NULL, &nv, NULL, &t), FCL_SUCCESS);
+    assert_true(t.attention_prefetch && t.attention_pv_vec);
+    assert_int_equal(fcl_tuning_for(NULL, &nv, "attention_prefetch=0,attention_pv_vec=0", &t),
+                     FCL_SUCCESS);
+    assert_true(!t.attention_prefetch && !t.attention_pv_vec);
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
                          "attention_mma=2", "softmax_nv=2",
                          "softmax_rows=2", "attention_rows=x", "attention_group=8",
-                         "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1"};
+                         "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1",
+                         "attention_prefetch=2", "attention_pv_vec=-1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);
         assert_non_null(strstr(fcl_context_last_error(NULL), "FLASHCL_TUNE"));
     }
+    /* The sentence names every key and value, from the one table the parser reads. */
+    const char *text = fcl_context_last_error(NULL);
+    assert_non_null(strstr(text, "softmax_wg=<a power of two up to 1024>, vector_width=<4, 8 or 16>"));
+    assert_non_null(strstr(text, "attention_prefetch=<0 or 1>"));
+    assert_non_null(strstr(text, "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 32x16, 16x16, "
+                                 "8x16, 8x8, 4x8>, separated by commas"));
 }
 
 int main(void)
