@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Draws docs/PERFORMANCE.md's figure from flashcl-bench --json output.
+"""Draws a figure from flashcl-bench --json output (docs/PERFORMANCE.md, Method).
 
 Left: softmax throughput per shape, with the copy reference measured in the same run (and
 oneDNN's softmax where its output is given). Right: attention on a roofline, arithmetic
