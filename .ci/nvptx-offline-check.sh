@@ -1,5 +1,5 @@
 #!/bin/sh
-# NVIDIA offline compile check of the NVIDIA program (cl/attention_mma_nv.cl, with its inline
+# NVIDIA offline compile check of the NVIDIA programs (cl/attention_mma_nv.cl, with its inline
 # PTX mma.sync, ldmatrix, cp.async and shfl.sync, cl/attention_decode_nv.cl and
 # cl/softmax_nv.cl): Debian's clang-15 compiles it for sm_80 (nvptx64-nvidia-nvcl, OpenCL's
 # NVIDIA target) with the assembler strings in place;
@@ -11,13 +11,19 @@ set -eu
 build=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$build/tools/flashcl-source" sm_80-mma > "$tmp/mma.cl"
-if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 \
-    -O2 -S -o "$tmp/mma.ptx" "$tmp/mma.cl" 2> "$tmp/log"; then
-  cat "$tmp/log" >&2
-  echo "nvptx-offline-check: the tensor-core kernels did not compile" >&2
-  exit 1
-fi
+# Each program as the library builds it (the first: softmax and the self-check; then one per
+# head-dim bucket), so that one that needs another's code fails here; their PTX is checked
+# together below.
+for program in first d64 d128 d256; do
+  "$build/tools/flashcl-source" sm_80-mma "$program" > "$tmp/$program.cl"
+  if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 \
+      -O2 -S -o "$tmp/$program.ptx" "$tmp/$program.cl" 2> "$tmp/log"; then
+    cat "$tmp/log" >&2
+    echo "nvptx-offline-check: the NVIDIA program '$program' did not compile" >&2
+    exit 1
+  fi
+  cat "$tmp/$program.ptx" >> "$tmp/mma.ptx"
+done
 status=0
 kernels="attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
   attention_decode_nv_d256 attention_decode_nv_d256_all

@@ -94,30 +94,6 @@ FCL_INLINE float fa_mma_exp2(float x)
     return y;
 }
 
-/* Per storage type T (f16, bf16): fa_mma_T(d, a, b0, b1) is d += a b for one 16x16 A fragment
- * (a) and one 16x8 B fragment (b0, b1) with float32 d. */
-#define FA_MMA_DEFINE(T)                                                                       \
-    FCL_INLINE void fa_mma_##T(float *d, const uint *a, uint b0, uint b1)                      \
-    {                                                                                          \
-        __asm__ volatile("mma.sync.aligned.m16n8k16.row.col.f32." #T "." #T ".f32 "            \
-                         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"     \
-                         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                      \
-                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));      \
-    }
-FA_MMA_DEFINE(f16)
-FA_MMA_DEFINE(bf16)
-#undef FA_MMA_DEFINE
-
-/* d += a b for one 16x8 A fragment and one 8x8 B fragment (b0, b1) of TF32 values. */
-FCL_INLINE void fa_mma_tf32(float *d, const float *a, float b0, float b1)
-{
-    __asm__ volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(as_uint(a[0])), "r"(as_uint(a[1])), "r"(as_uint(a[2])),
-                       "r"(as_uint(a[3])), "r"(as_uint(b0)), "r"(as_uint(b1)));
-}
-
 /* x cut to TF32 (its sign, exponent and first 10 mantissa bits: what the tensor cores read),
  * toward zero, so that no finite x becomes infinite. */
 FCL_INLINE float fa_tf32_big(float x) { return as_float(as_uint(x) & 0xffffe000u); }

@@ -30,12 +30,21 @@ static int rows_aligned8(const fcl_attention_params *p)
 static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l,
                        fcl_attention_problem *run)
 {
+    /* The kernels of the launch's head-dim bucket are built on the bucket's first use; where
+     * NVIDIA's do not build, the portable kernels take the call. */
+    int nvidia = 0;
+    fcl_status s = FCL_SUCCESS;
     if (fcl_attention_gqa_rows(pr, run) &&
-        fcl_plan_attention_gqa_rows(&ctx->info, &run->d, rows_aligned8(&run->params), l))
-        return FCL_SUCCESS;
+        fcl_plan_attention_gqa_rows(&ctx->info, &run->d, rows_aligned8(&run->params), l) &&
+        ((s = fcl_build_mma_bucket(ctx, l->bucket, &nvidia)) != FCL_SUCCESS || nvidia))
+        return s;
     *run = *pr;
-    if (fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l))
-        return FCL_SUCCESS;
+    if (fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l) &&
+        ((s = fcl_build_mma_bucket(ctx, l->bucket, &nvidia)) != FCL_SUCCESS || nvidia))
+        return s;
+    const int bucket = fcl_attention_bucket(pr->d.head_dim, pr->d.head_dim_v);
+    if (bucket >= 0 && (s = fcl_build_attention_bucket(ctx, bucket)) != FCL_SUCCESS)
+        return s;
     if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                         "attention with head dims (%zu, %zu), len_kv %zu on this device: %s",

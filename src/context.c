@@ -33,7 +33,11 @@ static fcl_context *new_context(void)
         goto no_lock;
     if (pthread_mutex_init(&ctx->error_lock, NULL) != 0)
         goto no_error_lock;
+    if (pthread_mutex_init(&ctx->build_lock, NULL) != 0)
+        goto no_build_lock;
     return ctx;
+no_build_lock:
+    pthread_mutex_destroy(&ctx->error_lock);
 no_error_lock:
     pthread_mutex_destroy(&ctx->lock);
 no_lock:
@@ -118,6 +122,7 @@ void fcl_context_destroy(fcl_context *ctx)
         clReleaseDevice(ctx->device);
     if (ctx->cl_ctx)
         clReleaseContext(ctx->cl_ctx);
+    pthread_mutex_destroy(&ctx->build_lock);
     pthread_mutex_destroy(&ctx->error_lock);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);
@@ -128,7 +133,12 @@ fcl_status fcl_context_device_info(const fcl_context *ctx, fcl_device_info *out)
     if (!ctx || !out)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT,
                         "fcl_context_device_info: %s is NULL", ctx ? "out" : "ctx");
+    /* A bucket built on first use writes its tile meanwhile: copy under its lock (not a
+     * change the caller sees: the lock is not part of the context's value). */
+    pthread_mutex_t *build_lock = (pthread_mutex_t *)&ctx->build_lock;
+    pthread_mutex_lock(build_lock);
     *out = ctx->info;
+    pthread_mutex_unlock(build_lock);
     return FCL_SUCCESS;
 }
 

@@ -55,18 +55,48 @@ typedef struct fcl_scratch {
     cl_event last_use; /* the last kernel enqueued that used a scratch buffer, or NULL */
 } fcl_scratch;
 
+/* What the kernel sources are made from: planned from the device, then corrected by what
+ * the compiled kernels report (program.c). */
+typedef struct fcl_kernel_plan {
+    size_t work_group_size, vector_width, block_items, attention_accumulators;
+    int force_inline, attention_pv_vec, attention_prefetch;
+    /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
+     * the rows kernel (a block of queries per work-item) serves that bucket. */
+    struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
+} fcl_kernel_plan;
+
+/* Where and how a context builds its programs, kept for the buckets built on first use. */
+typedef struct fcl_build_setup {
+    int use_cache;        /* 0: the on-disk cache is off or unusable */
+    char cache_dir[4096];
+    char options[1024];   /* the compiler options */
+    fcl_kernel_plan plan;
+} fcl_build_setup;
+
 struct fcl_context {
     cl_context cl_ctx;
     cl_device_id device;
     cl_command_queue queue;
+    /* The softmax and merge kernels' program, built with the context; each head-dim bucket's
+     * attention kernels are a program of their own, built on the bucket's first use (NULL
+     * until then) under build_lock, which also guards the NVIDIA buckets below and the info
+     * fields those builds write (attention_tiles, program_from_cache, attention_mma_because). */
     cl_program program;
+    cl_program attention_program[FCL_ATTENTION_BUCKETS];
+    fcl_build_setup build;
+    pthread_mutex_t build_lock;
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
-    /* The tensor-core kernels (cl/attention_mma_nv.cl, their own program), per bucket up to
-     * head dims 256 and kind (FCL_MMA_F16, ...); NULL where not built. */
+    /* The NVIDIA kernels, in programs of their own: the first (NVIDIA's softmax and the
+     * self-check) built with the context, and per bucket up to head dims 256 the tensor-core
+     * kernels (cl/attention_mma_nv.cl) per kind (FCL_MMA_F16, ...) and the shuffle decode
+     * kernels, built on the bucket's first use (mma_bucket_state: 0 not yet, 1 built, -1 they
+     * did not build or fit: the portable kernels serve); NULL where not built. */
     cl_program mma_program;
+    cl_program mma_bucket_program[FCL_MMA_BUCKETS];
+    int mma_bucket_state[FCL_MMA_BUCKETS];
     cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
@@ -159,16 +189,30 @@ fcl_status fcl_probe_kernels(fcl_context *ctx);
 void fcl_fit_local_mem_count(fcl_device_info *info, cl_ulong once, cl_ulong twice);
 
 /* ---- program.c ---- */
-/* Builds (or loads from the cache) the kernels for ctx->device; fills ctx->program,
- * ctx->softmax and the per-kernel and plan fields of ctx->info. */
+/* Builds (or loads from the cache) the softmax and merge kernels (and NVIDIA's, where the
+ * planner wants them) for ctx->device; fills ctx->program, ctx->softmax and the per-kernel
+ * and plan fields of ctx->info, with every bucket's planned tile. */
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *cache_dir);
+/* Builds (or loads) a head-dim bucket's attention kernels where not yet built, and records
+ * their tile in ctx->info.attention_tiles[bucket]. Thread-safe; a failure leaves the bucket
+ * unbuilt, for the next call to try again. */
+fcl_status fcl_build_attention_bucket(fcl_context *ctx, int bucket);
 void fcl_release_kernels(fcl_context *ctx);
-/* The source fcl_build_kernels would compile first for info's device with the FLASHCL_TUNE
- * overrides tune (malloc'd; NULL on a bad override or no memory): for offline compilers. */
-char *fcl_kernel_source(const fcl_device_info *info, const char *tune);
-/* The NVIDIA program (cl/common_nv.cl, cl/attention_mma_nv.cl, cl/attention_decode_nv.cl,
- * cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every such device). */
-char *fcl_mma_kernel_source(void);
+/* For offline compilers, the source of a program (malloc'd; NULL on a bad override or no
+ * memory): a head-dim bucket's (0 up to the buckets), the context's first program, or every
+ * kernel in one source. */
+enum { FCL_SOURCE_FIRST = -1, FCL_SOURCE_ALL = -2 };
+/* The portable kernels as fcl_build_kernels and the bucket builds would compile them for
+ * info's device with the FLASHCL_TUNE overrides tune. */
+char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int program);
+/* Builds a head-dim bucket's NVIDIA kernels where not yet built (info.attention_mma must be
+ * 1); *usable says whether they serve its calls. Thread-safe. Fails only without host
+ * memory: kernels that do not build or fit leave the bucket to the portable kernels. */
+fcl_status fcl_build_mma_bucket(fcl_context *ctx, int bucket, int *usable);
+/* The NVIDIA programs (cl/common_nv.cl, cl/attention_mma_nv.cl, cl/attention_decode_nv.cl,
+ * cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every such device; buckets up to
+ * FCL_MMA_BUCKETS). */
+char *fcl_mma_kernel_source(int program);
 
 /* ---- cache.c: the on-disk program-binary cache ---- */
 /* A 64-bit FNV-1a-style hash over words, chained through h (start with FCL_HASH_INIT):

@@ -1,7 +1,9 @@
 /* Program build: the source compiled for a device is a prelude of #defines planned from the
- * probed capabilities, then the embedded .cl files (softmax.cl once per storage type, the
- * attention families once per head-dim bucket and feature set). The binary goes through
- * the on-disk cache of cache.c. */
+ * probed capabilities, then the embedded .cl files. The context's first program holds
+ * softmax.cl once per storage type and the merge; each head-dim bucket's attention families
+ * (once per feature set) are a program of their own, built on the bucket's first use, so that
+ * a context compiles only what its calls run. Each binary goes through the on-disk cache of
+ * cache.c. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -32,15 +34,15 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
     "softmax_rows", "softmax_block"};
 
-/* What the prelude and the kernel list depend on: planned from the device, then corrected
- * by what the compiled kernels report. */
-typedef struct kernel_plan {
-    size_t work_group_size, vector_width, block_items, attention_accumulators;
-    int force_inline, attention_pv_vec, attention_prefetch;
-    /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
-     * the rows kernel (a block of queries per work-item) serves that bucket. */
-    struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
-} kernel_plan;
+typedef fcl_kernel_plan kernel_plan;
+
+/* The parts a program's source is made of: the first program's two, one per head-dim bucket,
+ * and for offline compilers all of them in one source. */
+#define PART_SOFTMAX 1u
+#define PART_MERGE 2u
+#define PART_BUCKET(b) (4u << (b))
+#define PARTS_FIRST (PART_SOFTMAX | PART_MERGE)
+#define PARTS_ALL (PARTS_FIRST | (PART_BUCKET(FCL_ATTENTION_BUCKETS) - PART_BUCKET(0)))
 
 /* ---- growing string ---- */
 typedef struct text {
@@ -115,40 +117,48 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
-static char *program_source(const kernel_plan *plan)
+/* The source of a program of the given parts. A bucket's program has only the prelude's
+ * defines its kernels read, so that it does not change with the softmax kernels' plan. */
+static char *program_source(const kernel_plan *plan, unsigned parts)
 {
     text t = {0};
-    text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                 "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
-             plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
+    if (parts & PART_SOFTMAX)
+        text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
+                     "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
+                 plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
+    else
+        text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_VEC %zu\n"
+                     "#define FCL_FORCE_INLINE %d\n",
+                 plan->vector_width, plan->force_inline);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
-    text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
-             fcl_cl_softmax_args, fcl_cl_softmax_common);
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-        text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
-                 dtype_suffix[dt], fcl_cl_softmax);
-    text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
-             fcl_cl_attention_args, fcl_cl_attention_common);
+    if (parts & PART_SOFTMAX) {
+        text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+                 fcl_cl_softmax_args, fcl_cl_softmax_common);
+        for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+            text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
+                     dtype_suffix[dt], fcl_cl_softmax);
+    }
+    if (parts & ~PART_SOFTMAX)
+        text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+                 fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        if (!(parts & PART_BUCKET(b)))
+            continue;
         add_attention_kernels(&t, plan, b, FCL_ATTENTION_ALL);
         if (plan->tile[b].block_q) /* the rows kernel has only ALL */
             for (int v = 0; v < FCL_ATTENTION_ALL; v++)
                 add_attention_kernels(&t, plan, b, v);
     }
-    text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n#undef FA_FEATURES\n",
-             FA_FEATURES_ALL, fcl_cl_attention_merge);
+    if (parts & PART_MERGE)
+        text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
+                     "#undef FA_FEATURES\n",
+                 FA_FEATURES_ALL, fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
         return NULL;
     }
     return t.s;
 }
-
-/* Where and how to build: the cache directory (NULL: none) and the compiler options. */
-typedef struct build_setup {
-    const char *cache_dir;
-    char options[1024];
-} build_setup;
 
 /* The device binary of a built program (malloc'd), or NULL. */
 static unsigned char *program_binary(cl_program program, size_t *len)
@@ -224,7 +234,7 @@ static fcl_status build_from_source(fcl_context *ctx, const char *options, const
 
 /* *program built from source (the caller's, freed here), from the cache when it holds a
  * valid binary; *from_cache (where not NULL) says which. */
-static fcl_status load_or_build(fcl_context *ctx, char *source, const build_setup *setup,
+static fcl_status load_or_build(fcl_context *ctx, char *source, const fcl_build_setup *setup,
                                 cl_program *program, int *from_cache)
 {
     fcl_status s = FCL_ERROR_OUT_OF_HOST_MEMORY;
@@ -233,7 +243,7 @@ static fcl_status load_or_build(fcl_context *ctx, char *source, const build_setu
     if (!source)
         return fcl_fail(ctx, s, "no host memory for the kernel source");
     const char *cache_dir = setup->cache_dir;
-    int use_cache = cache_dir && (identity = fcl_cache_identity(&ctx->info, setup->options, source)) &&
+    int use_cache = setup->use_cache && (identity = fcl_cache_identity(&ctx->info, setup->options, source)) &&
                     fcl_cache_path(path, sizeof path, cache_dir, identity) == 0;
 
     if (use_cache) {
@@ -269,17 +279,27 @@ static void release_kernel(cl_kernel *k)
     *k = NULL;
 }
 
-/* The NVIDIA kernels and their program. */
+/* A head-dim bucket's NVIDIA kernels and their program. */
+static void release_mma_bucket(fcl_context *ctx, int b)
+{
+    for (int t = 0; t < FCL_MMA_KINDS; t++) {
+        release_kernel(&ctx->attention_mma[b][t]);
+        release_kernel(&ctx->attention_mma_rows[b][t]);
+    }
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+        release_kernel(&ctx->attention_decode_nv[b][v]);
+    if (ctx->mma_bucket_program[b]) {
+        clReleaseProgram(ctx->mma_bucket_program[b]);
+        ctx->mma_bucket_program[b] = NULL;
+    }
+    ctx->mma_bucket_state[b] = 0;
+}
+
+/* The NVIDIA kernels and their programs. */
 static void release_mma_kernels(fcl_context *ctx)
 {
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        for (int t = 0; t < FCL_MMA_KINDS; t++) {
-            release_kernel(&ctx->attention_mma[b][t]);
-            release_kernel(&ctx->attention_mma_rows[b][t]);
-        }
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-            release_kernel(&ctx->attention_decode_nv[b][v]);
-    }
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        release_mma_bucket(ctx, b);
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
         for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
             release_kernel(&ctx->softmax_nv[dt][b]);
@@ -292,24 +312,39 @@ static void release_mma_kernels(fcl_context *ctx)
     }
 }
 
-void fcl_release_kernels(fcl_context *ctx)
+/* A head-dim bucket's attention kernels and their program. */
+static void release_bucket(fcl_context *ctx, int b)
+{
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
+        for (int p = 0; p < 3; p++)
+            release_kernel(&ctx->attention[b][p][v]);
+        release_kernel(&ctx->attention_decode_groups[b][v]);
+    }
+    if (ctx->attention_program[b]) {
+        clReleaseProgram(ctx->attention_program[b]);
+        ctx->attention_program[b] = NULL;
+    }
+}
+
+/* The first program's kernels and the program. */
+static void release_first(fcl_context *ctx)
 {
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
             release_kernel(&ctx->softmax[dt][k]);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        for (int p = 0; p < 3; p++)
-            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-                release_kernel(&ctx->attention[b][p][v]);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-            release_kernel(&ctx->attention_decode_groups[b][v]);
     release_kernel(&ctx->attention_merge_splits);
     release_kernel(&ctx->attention_merge_parts);
     if (ctx->program) {
         clReleaseProgram(ctx->program);
         ctx->program = NULL;
     }
+}
+
+void fcl_release_kernels(fcl_context *ctx)
+{
+    release_first(ctx);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        release_bucket(ctx, b);
     release_mma_kernels(ctx);
 }
 
@@ -380,6 +415,7 @@ static fcl_status create_fitting(fcl_context *ctx, cl_program program, const cha
  * kernel), and sets *rebuild. */
 static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
 {
+    cl_program program = ctx->attention_program[b];
     struct fcl_attention_tile *tile = &plan->tile[b];
     char name[48];
     size_t wg = 0;
@@ -389,7 +425,7 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
         snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
                  fcl_attention_variant_suffix(v));
-        s = create_fitting(ctx, ctx->program, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
+        s = create_fitting(ctx, program, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
                            tile->work_group_size, &fits, &wg, &local);
         most_local = local > most_local ? local : most_local;
     }
@@ -409,13 +445,12 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
             continue;
         const char *suffix = fcl_attention_variant_suffix(v);
         snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
-        s = create_fitting(ctx, ctx->program, name,
-                           &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v], FA_DEC_LWS, &fits,
-                           &wg, &local);
+        s = create_fitting(ctx, program, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v],
+                           FA_DEC_LWS, &fits, &wg, &local);
         snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
                  FA_DEC_HEADS);
         if (s == FCL_SUCCESS && fits)
-            s = create_fitting(ctx, ctx->program, name, &ctx->attention_decode_groups[b][v],
+            s = create_fitting(ctx, program, name, &ctx->attention_decode_groups[b][v],
                                FA_DEC_LWS, &fits, &wg, &local);
     }
     if (s == FCL_SUCCESS && !fits)
@@ -427,27 +462,27 @@ static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b
     return s;
 }
 
-/* Creates each bucket's attention kernels and the merge kernels; the plan's tiles, with what
- * the kernels use, become ctx->info.attention_tiles. */
-static fcl_status create_attention_kernels(fcl_context *ctx, kernel_plan *plan, int *rebuild)
+/* Creates a bucket's attention kernels: the tile kernels (with the decode kernels) or the
+ * rows kernel. */
+static fcl_status create_bucket_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
+{
+    size_t wg;
+    cl_ulong local;
+    char name[40];
+    if (plan->tile[b].block_q)
+        return create_tile_kernels(ctx, plan, b, rebuild);
+    snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
+    return create_kernel(ctx, ctx->attention_program[b], name,
+                         &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL], &wg, &local);
+}
+
+/* Creates the merge kernels, which run with any work-group size: the largest up to
+ * FA_MERGE_LWS that both allow. */
+static fcl_status create_merge_kernels(fcl_context *ctx)
 {
     size_t wg;
     cl_ulong local;
     fcl_status s = FCL_SUCCESS;
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS && s == FCL_SUCCESS; b++) {
-        if (plan->tile[b].block_q) {
-            s = create_tile_kernels(ctx, plan, b, rebuild);
-        } else {
-            char name[40];
-            snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
-            s = create_kernel(ctx, ctx->program, name,
-                              &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL], &wg,
-                              &local);
-        }
-        ctx->info.attention_tiles[b] = plan->tile[b];
-    }
-    /* The merge kernels run with any work-group size: the largest up to FA_MERGE_LWS that
-     * both allow. */
     const char *merge_names[] = {"attention_merge_splits", "attention_merge_parts"};
     cl_kernel *merges[] = {&ctx->attention_merge_splits, &ctx->attention_merge_parts};
     ctx->merge_work_group = FA_MERGE_LWS;
@@ -481,42 +516,59 @@ static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
              FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
 }
 
-char *fcl_mma_kernel_source(void)
+/* The parts of the NVIDIA programs: the first (softmax and the self-check), built with the
+ * context, and one per head-dim bucket (tensor-core prefill and shuffle decode), built on the
+ * bucket's first use; offline compilers get them all in one source. */
+#define NV_PART_FIRST 1u
+#define NV_PART_BUCKET(b) (2u << (b))
+#define NV_PARTS_ALL (NV_PART_FIRST | (NV_PART_BUCKET(FCL_MMA_BUCKETS) - NV_PART_BUCKET(0)))
+
+static char *mma_source(unsigned parts)
 {
     text t = {0};
     text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
-    text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
-             fcl_cl_attention_args, fcl_cl_attention_common);
+    if (parts & ~NV_PART_FIRST)
+        text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+                 fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
             for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                if (fcl_plan_mma_built(b, kind, rows))
+                if ((parts & NV_PART_BUCKET(b)) && fcl_plan_mma_built(b, kind, rows))
                     add_mma_build(&t, b, kind, rows);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-            if (decode_built_for(v))
+            if ((parts & NV_PART_BUCKET(b)) && decode_built_for(v))
                 text_add(&t, "#define FA_NAME decode_nv_d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
                              "#line 1 \"attention_decode_nv.cl\"\n%s\n"
                              "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
                          fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
                          fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
                          fcl_cl_attention_decode_nv);
-    text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
-             fcl_cl_softmax_args, fcl_cl_softmax_common);
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
-            if (fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b))
-                text_add(&t, "#define FCL_DT %s\n#define FCL_SNV_VECS %zu\n"
-                             "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
-                         dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
-                         fcl_cl_softmax_nv);
-    text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
+    if (parts & NV_PART_FIRST) {
+        text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+                 fcl_cl_softmax_args, fcl_cl_softmax_common);
+        for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+            for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+                if (fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b))
+                    text_add(&t, "#define FCL_DT %s\n#define FCL_SNV_VECS %zu\n"
+                                 "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
+                             dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
+                             fcl_cl_softmax_nv);
+        text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
+    }
     if (t.failed) {
         free(t.s);
         return NULL;
     }
     return t.s;
+}
+
+char *fcl_mma_kernel_source(int program)
+{
+    return mma_source(program == FCL_SOURCE_ALL     ? NV_PARTS_ALL
+                      : program == FCL_SOURCE_FIRST ? NV_PART_FIRST
+                                                    : NV_PART_BUCKET(program));
 }
 
 /* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
@@ -563,12 +615,13 @@ static int mma_check_passes(fcl_context *ctx)
 
 /* Creates one kernel of the NVIDIA program for work-groups of `group`; where it cannot run
  * them, *fits = 0 and because says why. */
-static fcl_status create_nv_kernel(fcl_context *ctx, const char *name, cl_kernel *out, size_t group,
-                                   int *fits, char *because, size_t cap)
+static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const char *name,
+                                   cl_kernel *out, size_t group, int *fits, char *because,
+                                   size_t cap)
 {
     size_t wg;
     cl_ulong local;
-    fcl_status s = create_fitting(ctx, ctx->mma_program, name, out, group, fits, &wg, &local);
+    fcl_status s = create_fitting(ctx, program, name, out, group, fits, &wg, &local);
     if (s == FCL_SUCCESS && !*fits)
         snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local memory; it "
                  "needs %zu and the device has %llu", name, wg, (unsigned long long)local, group,
@@ -576,10 +629,11 @@ static fcl_status create_nv_kernel(fcl_context *ctx, const char *name, cl_kernel
     return s;
 }
 
-/* Builds the NVIDIA kernels (tensor-core prefill, shuffle decode, softmax) where the planner
- * wants them and they pass the self-check; elsewhere info.attention_mma stays 0 with the
- * reason, and nothing fails but running out of host memory: the portable kernels serve. */
-static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
+/* Builds the first NVIDIA program (softmax, and the tensor cores' self-check) where the
+ * planner wants the NVIDIA kernels, and keeps it where they build, fit and pass the
+ * self-check; elsewhere info.attention_mma stays 0 with the reason, and nothing fails but
+ * running out of host memory: the portable kernels serve. */
+static fcl_status build_mma_kernels(fcl_context *ctx, const fcl_build_setup *setup,
                                     const fcl_tuning *tuning)
 {
     char *because = ctx->info.attention_mma_because;
@@ -589,38 +643,15 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
     ctx->info.softmax_nv_cols = 0;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
-    fcl_status s = load_or_build(ctx, fcl_mma_kernel_source(), setup, &ctx->mma_program, NULL);
-    for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
-        for (int i = 0; i < FCL_MMA_KINDS && s == FCL_SUCCESS && fits; i++) {
-            char name[40];
-            snprintf(name, sizeof name, "attention_mma_d%zu_%s", fcl_attention_bucket_dim(b),
-                     fcl_mma_kind_names[i]);
-            if (fcl_plan_mma_built(b, i, 0))
-                s = create_nv_kernel(ctx, name, &ctx->attention_mma[b][i],
-                                     fcl_plan_mma_shape(b, i, 0).warps * 32, &fits, because, cap);
-            snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", fcl_attention_bucket_dim(b),
-                     fcl_mma_kind_names[i]);
-            if (s == FCL_SUCCESS && fits && fcl_plan_mma_built(b, i, 1))
-                s = create_nv_kernel(ctx, name, &ctx->attention_mma_rows[b][i],
-                                     fcl_plan_mma_shape(b, i, 1).warps * 32, &fits, because, cap);
-        }
-    for (int b = 0; b < FCL_MMA_BUCKETS && s == FCL_SUCCESS && fits; b++)
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-            char name[40];
-            snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", fcl_attention_bucket_dim(b),
-                     fcl_attention_variant_suffix(v));
-            if (decode_built_for(v))
-                s = create_nv_kernel(ctx, name, &ctx->attention_decode_nv[b][v], FA_DNV_LWS, &fits,
-                                     because, cap);
-        }
+    fcl_status s = load_or_build(ctx, mma_source(NV_PART_FIRST), setup, &ctx->mma_program, NULL);
     for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
         for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS && s == FCL_SUCCESS && fits; b++) {
             const size_t vecs = fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b);
             char name[32];
             snprintf(name, sizeof name, "softmax_nv%zu_%s", vecs, dtype_suffix[dt]);
             if (vecs)
-                s = create_nv_kernel(ctx, name, &ctx->softmax_nv[dt][b], SM_NV_LWS, &fits, because,
-                                     cap);
+                s = create_nv_kernel(ctx, ctx->mma_program, name, &ctx->softmax_nv[dt][b],
+                                     SM_NV_LWS, &fits, because, cap);
         }
     const int streaming[] = {FCL_K_SOFTMAX_ONLINE, FCL_K_SOFTMAX_SPLIT_STATS,
                              FCL_K_SOFTMAX_SPLIT_WRITE};
@@ -630,8 +661,9 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
             /* "softmax_nv_" and the portable kernel's name past "softmax_" */
             snprintf(name, sizeof name, "softmax_nv_%s_%s", softmax_kernel_names[streaming[i]] + 8,
                      dtype_suffix[dt]);
-            s = create_nv_kernel(ctx, name, &ctx->softmax_nv_stream[dt][streaming[i]], SM_NV_LWS,
-                                 &fits, because, cap);
+            s = create_nv_kernel(ctx, ctx->mma_program, name,
+                                 &ctx->softmax_nv_stream[dt][streaming[i]], SM_NV_LWS, &fits,
+                                 because, cap);
         }
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
         release_mma_kernels(ctx);
@@ -654,6 +686,79 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const build_setup *setup,
     return FCL_SUCCESS;
 }
 
+/* Creates bucket b's NVIDIA kernels (every tensor-core kind, prefill and GQA builds, and the
+ * shuffle decode kernels) from its program; *fits 0 (with the reason) where one cannot run
+ * its work-group. */
+static fcl_status create_mma_bucket_kernels(fcl_context *ctx, int b, int *fits, char *because,
+                                            size_t cap)
+{
+    cl_program program = ctx->mma_bucket_program[b];
+    const size_t dim = fcl_attention_bucket_dim(b);
+    char name[40];
+    fcl_status s = FCL_SUCCESS;
+    *fits = 1;
+    for (int i = 0; i < FCL_MMA_KINDS && s == FCL_SUCCESS && *fits; i++) {
+        snprintf(name, sizeof name, "attention_mma_d%zu_%s", dim, fcl_mma_kind_names[i]);
+        if (fcl_plan_mma_built(b, i, 0))
+            s = create_nv_kernel(ctx, program, name, &ctx->attention_mma[b][i],
+                                 fcl_plan_mma_shape(b, i, 0).warps * 32, fits, because, cap);
+        snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", dim, fcl_mma_kind_names[i]);
+        if (s == FCL_SUCCESS && *fits && fcl_plan_mma_built(b, i, 1))
+            s = create_nv_kernel(ctx, program, name, &ctx->attention_mma_rows[b][i],
+                                 fcl_plan_mma_shape(b, i, 1).warps * 32, fits, because, cap);
+    }
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && *fits; v++) {
+        snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim,
+                 fcl_attention_variant_suffix(v));
+        if (decode_built_for(v))
+            s = create_nv_kernel(ctx, program, name, &ctx->attention_decode_nv[b][v], FA_DNV_LWS,
+                                 fits, because, cap);
+    }
+    return s;
+}
+
+/* Builds bucket b's NVIDIA program and kernels: mma_bucket_state[b] becomes 1, or -1 where
+ * they do not build or fit (the reason, naming the bucket, in info.attention_mma_because;
+ * the portable kernels serve that bucket). Only running out of host memory fails, leaving
+ * the bucket to be tried again. */
+static fcl_status build_mma_bucket(fcl_context *ctx, int b)
+{
+    char *because = ctx->info.attention_mma_because;
+    const size_t cap = sizeof ctx->info.attention_mma_because;
+    char why[160] = "";
+    int fits = 0;
+    fcl_status s = load_or_build(ctx, mma_source(NV_PART_BUCKET(b)), &ctx->build,
+                                 &ctx->mma_bucket_program[b], NULL);
+    if (s == FCL_SUCCESS)
+        s = create_mma_bucket_kernels(ctx, b, &fits, why, sizeof why);
+    if (s == FCL_SUCCESS && fits) {
+        ctx->mma_bucket_state[b] = 1;
+        return FCL_SUCCESS;
+    }
+    release_mma_bucket(ctx, b);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        return s;
+    if (s != FCL_SUCCESS) {
+        snprintf(why, sizeof why, "its kernels did not build: %.100s", fcl_context_last_error(ctx));
+        fcl_clear_error(ctx);
+    }
+    snprintf(because, cap, "head dims up to %zu run the portable kernels: %s",
+             fcl_attention_bucket_dim(b), why);
+    ctx->mma_bucket_state[b] = -1;
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_build_mma_bucket(fcl_context *ctx, int bucket, int *usable)
+{
+    fcl_status s = FCL_SUCCESS;
+    pthread_mutex_lock(&ctx->build_lock);
+    if (!ctx->mma_bucket_state[bucket])
+        s = build_mma_bucket(ctx, bucket);
+    *usable = ctx->mma_bucket_state[bucket] == 1;
+    pthread_mutex_unlock(&ctx->build_lock);
+    return s;
+}
+
 /* The plan before the build: the tuning for the device, within what it reports. */
 static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *tuning)
 {
@@ -669,69 +774,123 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     return plan;
 }
 
-char *fcl_kernel_source(const fcl_device_info *info, const char *tune)
+char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int program)
 {
     fcl_tuning tuning;
     if (fcl_tuning_for(NULL, info, tune, &tuning) != FCL_SUCCESS)
         return NULL;
     kernel_plan plan = initial_plan(info, &tuning);
-    return program_source(&plan);
+    return program_source(&plan, program == FCL_SOURCE_ALL     ? PARTS_ALL
+                                 : program == FCL_SOURCE_FIRST ? PARTS_FIRST
+                                                               : PART_BUCKET(program));
+}
+
+/* Where and how to build (ctx->build): the cache directory and the compiler options. */
+static fcl_status build_setup_for(fcl_context *ctx, const char *requested_cache_dir)
+{
+    fcl_build_setup *setup = &ctx->build;
+    const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
+    ctx->info.program_cache_usable = fcl_cache_usable(&ctx->info);
+    const char *dir = ctx->info.program_cache_usable
+                          ? fcl_cache_dir(requested_cache_dir, setup->cache_dir,
+                                          sizeof setup->cache_dir)
+                          : NULL;
+    setup->use_cache = dir != NULL;
+    if (dir && dir != setup->cache_dir)
+        snprintf(setup->cache_dir, sizeof setup->cache_dir, "%s", dir);
+    if (snprintf(setup->options, sizeof setup->options, "%s %s", FCL_BASE_BUILD_OPTIONS,
+                 extra ? extra : "") >= (int)sizeof setup->options)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "FLASHCL_BUILD_OPTIONS is longer than %zu characters",
+                        sizeof setup->options - sizeof FCL_BASE_BUILD_OPTIONS - 1);
+    return FCL_SUCCESS;
+}
+
+/* The first program: the softmax kernels and the merge. Its kernels are checked against
+ * what they allow: where one allows a smaller work-group than planned (register pressure),
+ * the program is rebuilt with the largest that fits (each round shrinks, so the loop ends). */
+static fcl_status build_first_program(fcl_context *ctx)
+{
+    kernel_plan *plan = &ctx->build.plan;
+    for (;;) {
+        fcl_status s = load_or_build(ctx, program_source(plan, PARTS_FIRST), &ctx->build,
+                                     &ctx->program, &ctx->info.program_from_cache);
+        if (s == FCL_SUCCESS)
+            s = create_softmax_kernels(ctx, plan);
+        if (s == FCL_SUCCESS)
+            s = create_merge_kernels(ctx);
+        if (s != FCL_SUCCESS) {
+            release_first(ctx);
+            return s;
+        }
+        size_t fitting = fcl_plan_work_group_size(&ctx->info, plan->work_group_size);
+        if (fitting == plan->work_group_size)
+            return FCL_SUCCESS;
+        plan->work_group_size = fitting;
+        release_first(ctx);
+    }
 }
 
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
 {
-    char dir_buf[4096];
-    build_setup setup;
-    const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
-    ctx->info.program_cache_usable = fcl_cache_usable(&ctx->info);
-    setup.cache_dir = ctx->info.program_cache_usable
-                          ? fcl_cache_dir(requested_cache_dir, dir_buf, sizeof dir_buf)
-                          : NULL;
-    if (snprintf(setup.options, sizeof setup.options, "%s %s", FCL_BASE_BUILD_OPTIONS,
-                 extra ? extra : "") >= (int)sizeof setup.options)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "FLASHCL_BUILD_OPTIONS is longer than %zu characters",
-                        sizeof setup.options - sizeof FCL_BASE_BUILD_OPTIONS - 1);
+    fcl_status s = build_setup_for(ctx, requested_cache_dir);
+    if (s != FCL_SUCCESS)
+        return s;
     fcl_tuning tuning;
-    fcl_status tuned = fcl_tuning_for(ctx, &ctx->info, getenv("FLASHCL_TUNE"), &tuning);
-    if (tuned != FCL_SUCCESS)
-        return tuned;
+    s = fcl_tuning_for(ctx, &ctx->info, getenv("FLASHCL_TUNE"), &tuning);
+    if (s != FCL_SUCCESS)
+        return s;
     snprintf(ctx->info.tuning, sizeof ctx->info.tuning, "%s", tuning.source);
-    kernel_plan plan = initial_plan(&ctx->info, &tuning);
-    /* The plan is checked against what each compiled kernel allows: a kernel that allows a
-     * smaller work-group (register pressure) or needs more local memory than the device has
-     * makes a rebuild with the largest size that fits. The loop ends: each round shrinks. */
+    kernel_plan *plan = &ctx->build.plan;
+    *plan = initial_plan(&ctx->info, &tuning);
+    memcpy(ctx->info.attention_tiles, plan->tile, sizeof plan->tile); /* until each is built */
+    s = build_first_program(ctx);
+    if (s != FCL_SUCCESS)
+        return s;
+    ctx->info.softmax_work_group_size = plan->work_group_size;
+    ctx->info.softmax_vector_width = plan->vector_width;
+    ctx->info.softmax_rows_per_item = tuning.softmax_rows;
+    ctx->info.softmax_block_items = plan->block_items;
+    ctx->info.softmax_block_min_lanes = tuning.softmax_block_lanes;
+    ctx->info.softmax_block_cols = plan->work_group_size * plan->block_items;
+    ctx->info.attention_rows_per_item = tuning.attention_rows;
+    ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
+    s = build_mma_kernels(ctx, &ctx->build, &tuning);
+    if (s != FCL_SUCCESS)
+        fcl_release_kernels(ctx);
+    return s;
+}
+
+/* Builds bucket b's program and creates its kernels; a kernel that does not fit the device
+ * (create_tile_kernels) makes a rebuild with the tile the planner refits (each round
+ * shrinks, so the loop ends). */
+static fcl_status build_bucket(fcl_context *ctx, int b)
+{
+    kernel_plan *plan = &ctx->build.plan;
+    int from_cache = 0;
     for (;;) {
         int rebuild = 0;
-        fcl_status s = load_or_build(ctx, program_source(&plan), &setup, &ctx->program,
-                                     &ctx->info.program_from_cache);
+        fcl_status s = load_or_build(ctx, program_source(plan, PART_BUCKET(b)), &ctx->build,
+                                     &ctx->attention_program[b], &from_cache);
         if (s == FCL_SUCCESS)
-            s = create_softmax_kernels(ctx, &plan);
-        if (s == FCL_SUCCESS)
-            s = create_attention_kernels(ctx, &plan, &rebuild);
+            s = create_bucket_kernels(ctx, plan, b, &rebuild);
         if (s != FCL_SUCCESS) {
-            fcl_release_kernels(ctx);
+            release_bucket(ctx, b);
             return s;
-        }
-        size_t fitting = fcl_plan_work_group_size(&ctx->info, plan.work_group_size);
-        if (fitting < plan.work_group_size) {
-            plan.work_group_size = fitting;
-            rebuild = 1;
         }
         if (!rebuild)
             break;
-        fcl_release_kernels(ctx);
+        release_bucket(ctx, b);
     }
-    ctx->info.softmax_work_group_size = plan.work_group_size;
-    ctx->info.softmax_vector_width = plan.vector_width;
-    ctx->info.softmax_rows_per_item = tuning.softmax_rows;
-    ctx->info.softmax_block_items = plan.block_items;
-    ctx->info.softmax_block_min_lanes = tuning.softmax_block_lanes;
-    ctx->info.softmax_block_cols = plan.work_group_size * plan.block_items;
-    ctx->info.attention_rows_per_item = tuning.attention_rows;
-    ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
-    fcl_status s = build_mma_kernels(ctx, &setup, &tuning);
-    if (s != FCL_SUCCESS)
-        fcl_release_kernels(ctx);
+    ctx->info.attention_tiles[b] = plan->tile[b];
+    ctx->info.program_from_cache = ctx->info.program_from_cache && from_cache;
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_build_attention_bucket(fcl_context *ctx, int bucket)
+{
+    pthread_mutex_lock(&ctx->build_lock);
+    fcl_status s = ctx->attention_program[bucket] ? FCL_SUCCESS : build_bucket(ctx, bucket);
+    pthread_mutex_unlock(&ctx->build_lock);
     return s;
 }

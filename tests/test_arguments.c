@@ -310,12 +310,15 @@ static void test_device_refusal_leaves_context_usable(void **state)
 static void test_validation_precedes_planning(void **state)
 {
     (void)state;
+    const fcl_attention_desc ok = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
+    /* The bucket's portable kernels, built before the description is kept. */
+    assert_int_equal(fcl_build_attention_bucket(support_ctx, fcl_attention_bucket(8, 8)),
+                     FCL_SUCCESS);
     const fcl_device_info kept = support_ctx->info;
     memset(support_ctx->info.attention_tiles, 0, sizeof support_ctx->info.attention_tiles);
     support_ctx->info.softmax_vector_width = 0;
     support_ctx->info.attention_mma = 0; /* nor NVIDIA's kernels */
     unsigned char m[4] = {1, 1, 1, 1};
-    const fcl_attention_desc ok = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
     fcl_attention_desc d = ok;
     d.mask_type = FCL_MASK_BOOL_U8, d.mask_stride_q = 1;
     reset_buffers();

@@ -200,6 +200,34 @@ static void test_build_failure_reports_log(void **state)
     assert_int_equal(create_and_check(cache_dir), usable); /* the good binary is still cached */
 }
 
+/* A head-dim bucket's attention kernels are a program of their own, built on the bucket's
+ * first use: cold, a second file in the cache; warm, loaded from it, giving the same result. */
+static void test_bucket_program_is_cached(void **state)
+{
+    (void)state;
+    char path[512];
+    const int usable = cache_usable();
+    const float q[2 * 8] = {1, 0, 2, 0, 0, 1, 0, 0, 0, 3, 1, 0, 1, 0, 0, 2};
+    const fcl_attention_desc d = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
+    float out[2][2 * 8];
+    fcl_context_options opts = {.cache_dir = cache_dir};
+    for (int warm = 0; warm < 2; warm++) {
+        fcl_context *ctx = NULL;
+        fcl_device_info info;
+        assert_int_equal(fcl_context_create(&opts, &ctx), FCL_SUCCESS);
+        assert_int_equal(count_cache_files(path, sizeof path), (1 + warm) * usable);
+        assert_int_equal(fcl_attention_host(ctx, &d, q, q, q, NULL, out[warm], NULL), FCL_SUCCESS);
+        fcl_context_device_info(ctx, &info);
+        fcl_context_destroy(ctx);
+        assert_int_equal(count_cache_files(path, sizeof path), 2 * usable);
+        assert_int_equal(info.program_from_cache, warm && usable);
+        assert_int_not_equal(info.attention_tiles[0].block_q ? info.attention_tiles[0].local_mem_size
+                                                             : 1,
+                             0); /* the tile as built */
+    }
+    assert_memory_equal(out[0], out[1], sizeof out[0]);
+}
+
 /* The tensor-core program (NVIDIA, compute capability 8.0 and later) is a second program in
  * the cache, beside the one the tests above check: stored cold, and loaded warm, where its
  * self-check passes again. (The tests above turn it off, so that one program is cached.) */
@@ -234,6 +262,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_truncated_file_is_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_cache_only_costs_speed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_build_failure_reports_log, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bucket_program_is_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tensor_core_program_is_cached, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

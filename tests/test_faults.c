@@ -410,12 +410,72 @@ static void test_creation_failures(void **state)
     }
 }
 
+/* Whether ctx runs the case on another path than the shared context: where a failure cost a
+ * bucket NVIDIA's kernels (their own program: the portable kernels serve it). */
+static int runs_elsewhere(fcl_context *ctx, const fcl_attention_desc *d)
+{
+    fcl_attention_plan_info here, shared;
+    assert_int_equal(fcl_attention_plan(ctx, d, &here), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_plan(support_ctx, d, &shared), FCL_SUCCESS);
+    return here.path != shared.path;
+}
+
+/* Each OpenCL call of a fresh context's first attention call, which builds the kernels of its
+ * head-dim bucket, made to fail in turn: the context then works (a half-built bucket would
+ * not: the same call gives the shared context's result bit for bit, or where the failure cost
+ * the bucket NVIDIA's kernels, within float32 rounding of it, saying why), and once destroyed
+ * leaves no OpenCL object alive. */
+static void test_first_call_failures(void **state)
+{
+    (void)state;
+    size_t c = 0;
+    while (!cases[c].attention) /* the first attention case */
+        c++;
+    const call_case *cc = &cases[c];
+    const size_t count = result_floats(cc);
+    const long live = faults_live_objects();
+    long n;
+    for (n = 1;; n++) {
+        fcl_context *ctx = NULL;
+        assert_int_equal(fcl_context_create(NULL, &ctx), FCL_SUCCESS);
+        fault_at = n;
+        fcl_status s = run_case(ctx, cc, result);
+        fault_at = 0;
+        if (!fault_call) {
+            assert_int_equal(s, FCL_SUCCESS);
+            fcl_context_destroy(ctx);
+            break;
+        }
+        const int fell_back = runs_elsewhere(ctx, &cc->att);
+        fcl_device_info info;
+        fcl_context_device_info(ctx, &info);
+        if (fell_back && (!info.attention_mma_because[0] || s != FCL_SUCCESS ||
+                          !close_to(result, baseline[c], count)))
+            fail_msg("first attention call: call %ld (%s) failed: the portable kernels took the "
+                     "call, %s", n, fault_call, s != FCL_SUCCESS ? fcl_status_string(s)
+                     : info.attention_mma_because[0] ? "with another result" : "saying not why");
+        if (!fell_back)
+            check_outcome("first attention call", n, s, fcl_context_last_error(ctx), result,
+                          baseline[c], count);
+        check_inputs_unchanged("first attention call", n);
+        s = run_case(ctx, cc, result);
+        if (s != FCL_SUCCESS || (fell_back ? !close_to(result, baseline[c], count)
+                                           : memcmp(result, baseline[c], count * sizeof(float)) != 0))
+            fail_msg("first attention call: after call %ld failed, the context no longer works: %s",
+                     n, fcl_context_last_error(ctx));
+        fcl_context_destroy(ctx);
+        check_released("first attention call", n, live);
+    }
+    printf("# first attention call: each of its %ld OpenCL calls failed in turn\n", n - 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_baselines_match_reference),
         cmocka_unit_test(test_call_failures),
         cmocka_unit_test(test_creation_failures),
+        cmocka_unit_test(test_first_call_failures),
     };
     return cmocka_run_group_tests(tests, group_setup, support_teardown);
 }

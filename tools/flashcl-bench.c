@@ -57,6 +57,8 @@ typedef struct bench_case {
 typedef struct bench_result {
     double ms, gbs, copy_pct, tflops;
     double enqueue_ms; /* host time inside the call (the enqueue), on an idle queue */
+    double first_ms;   /* host time of the case's plan and its first call to the end: with any
+                          kernel build they make (a head-dim bucket's, on its first use) */
     double bytes, flops; /* useful bytes; attention flops (0 for softmax) */
     char plan[96];
 } bench_result;
@@ -210,11 +212,12 @@ static cl_mem filled_buffer(bench *b, size_t bytes, cl_int *err)
  * is unusable switches the bench to the host clock for good. *enqueue_ms (where not NULL):
  * the median host time inside fn, the enqueue alone, each call finding the queue idle: an
  * engine queues its next work after it, so a call that waits for its own kernels there
- * leaves the device idle meanwhile. */
+ * leaves the device idle meanwhile. *first_ms (where not NULL) grows by the first call's host time to its end. */
 typedef fcl_status (*enqueue_fn)(bench *b, const bench_case *c, cl_mem *set, cl_event *done);
 
 static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_sets,
-                         size_t per_set, enqueue_fn fn, double *enqueue_ms, int *ok)
+                         size_t per_set, enqueue_fn fn, double *enqueue_ms, double *first_ms,
+                         int *ok)
 {
     int total = b->warmup + b->reps;
     double *device_ms = calloc((size_t)b->reps, sizeof(double));
@@ -237,6 +240,8 @@ static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_s
             else if (clWaitForEvents(1, &done) != CL_SUCCESS)
                 *ok = failed_because(b, "the call's event reported an error", NULL);
         }
+        if (*ok && r == 0 && first_ms)
+            *first_ms += (chk_seconds() - start) * 1e3;
         if (*ok && r >= b->warmup) {
             host_ms[r - b->warmup] = (chk_seconds() - start) * 1e3;
             inside_ms[r - b->warmup] = inside * 1e3;
@@ -444,9 +449,9 @@ static double measure_copy(bench *b, size_t bytes, int *ok, double *kernel_gbs)
         sets[i] = filled_buffer(b, c.rows * 16, &err);
     *ok = *ok && err == CL_SUCCESS ? 1 : failed_because(b, "allocating the copy's buffers failed", NULL);
     if (*ok)
-        kernel_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_copy, NULL, ok);
+        kernel_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_copy, NULL, NULL, ok);
     if (*ok)
-        driver_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_driver_copy, NULL, ok);
+        driver_ms = time_calls(b, &c, sets, n_sets, 2, enqueue_driver_copy, NULL, NULL, ok);
     if (!*ok && err == CL_SUCCESS && sets) { /* time_calls said why: name the copy */
         char inner[256];
         snprintf(inner, sizeof inner, "%.255s", b->why);
@@ -509,8 +514,10 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     } else {
         fcl_attention_desc d = attention_desc(c);
         fcl_attention_plan_info p;
+        const double planning = chk_seconds();
         if (fcl_attention_plan(b->ctx, &d, &p) != FCL_SUCCESS)
             return failed_because(b, "no plan", fcl_context_last_error(b->ctx));
+        res->first_ms = (chk_seconds() - planning) * 1e3;
         snprintf(res->plan, sizeof res->plan, "%s %zux%zu splits %zu",
                  fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
         /* Every sequence's tokens (len on average with varlen), the cache's pages. */
@@ -548,7 +555,8 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         ok = failed_because(b, "allocating the input and output buffers failed", detail);
     }
     if (ok)
-        res->ms = time_calls(b, c, sets, n_sets, n_bufs, fn, &res->enqueue_ms, &ok);
+        res->ms = time_calls(b, c, sets, n_sets, n_bufs, fn, &res->enqueue_ms, &res->first_ms,
+                             &ok);
     for (size_t i = 0; sets && i < n_sets * n_bufs; i++)
         if (sets[i])
             clReleaseMemObject(sets[i]);
@@ -738,10 +746,10 @@ int main(int argc, char **argv)
             printf("%s  {\"case\": \"%s\", \"plan\": \"%s\", \"ms\": %.4f, \"gbs\": %.2f, "
                    "\"copy_gbs\": %.2f, \"copy_kernel_gbs\": %.2f, \"copy_pct\": %.1f, "
                    "\"tflops\": %.4f, \"bytes\": %.0f, \"flops\": %.0f, \"clock\": \"%s\", "
-                   "\"enqueue_ms\": %.4f}",
+                   "\"enqueue_ms\": %.4f, \"first_call_ms\": %.1f}",
                    i ? ",\n" : "", name, r.plan, r.ms, r.gbs, b.copy_gbs, b.copy_kernel_gbs,
                    r.copy_pct, r.tflops, r.bytes, r.flops, b.host_clock ? "host" : "device",
-                   r.enqueue_ms);
+                   r.enqueue_ms, r.first_ms);
         else if (csv)
             printf("%s,%s,%.4f,%.2f,%.2f,%.2f,%.1f,%.4f,%.4f\n", name, r.plan, r.ms, r.gbs,
                    b.copy_gbs, b.copy_kernel_gbs, r.copy_pct, r.tflops, r.enqueue_ms);

@@ -127,10 +127,12 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
                    t->rows_because[0] ? " (a fallback)" : "");
             continue;
         }
-        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %zu work-items, %llu bytes of "
-               "local memory",
-               t->max_head_dim, t->block_q, t->block_kv, t->work_group_size,
-               (unsigned long long)t->local_mem_size);
+        printf("    head_dim <= %-3zu  -> %zu queries x %zu keys, %zu work-items, ", t->max_head_dim,
+               t->block_q, t->block_kv, t->work_group_size);
+        if (t->local_mem_size) /* 0: the bucket has not been used, so not built */
+            printf("%llu bytes of local memory", (unsigned long long)t->local_mem_size);
+        else
+            printf("as planned (built on first use)");
         if (i->attention_tiles[b].decode_block_kv)
             printf("; decoding: a query per group, %zu keys a step",
                    i->attention_tiles[b].decode_block_kv);
@@ -238,6 +240,12 @@ static int probe(const char *spec, int json, int first)
         fprintf(stderr, "flashcl-probe: device %s: %s: %s\n", spec, fcl_status_string(s),
                 fcl_context_last_error(NULL));
         return 1;
+    }
+    /* Planning the examples builds their head-dim buckets' kernels, so that their tiles
+     * are shown as built. */
+    for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
+        fcl_attention_plan_info p;
+        attention_example_plan(ctx, e, &p);
     }
     fcl_context_device_info(ctx, &info);
     if (json)

@@ -1,8 +1,9 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
- * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA program
- * (GPUs of compute capability 8.0 and later). Internal: built from the static
- * library, not installed. */
+ * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA programs
+ * (GPUs of compute capability 8.0 and later). Every program in one source, or one of them:
+ * the context's first, or a head-dim bucket's. Internal: built from the static library,
+ * not installed. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -26,30 +27,54 @@ static const struct preset {
       .max_work_group_size = 1024, .local_mem_size = 49152, .preferred_vector_width_float = 1}},
 };
 
+/* The program named by `which` ("all", "first", or a head-dim bucket as "d64", "d128", ...;
+ * NULL: all) as fcl_kernel_source's number, or FCL_SOURCE_ALL - 1 where it names none. */
+static int program_number(const char *which, int buckets)
+{
+    if (!which || strcmp(which, "all") == 0)
+        return FCL_SOURCE_ALL;
+    if (strcmp(which, "first") == 0)
+        return FCL_SOURCE_FIRST;
+    for (int b = 0; b < buckets; b++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%zu", fcl_attention_bucket_dim(b));
+        if (strcmp(which, name) == 0)
+            return b;
+    }
+    return FCL_SOURCE_ALL - 1;
+}
+
+static int print_source(char *src, const char *what)
+{
+    if (!src) {
+        fprintf(stderr, "flashcl-source: %s\n", fcl_context_last_error(NULL));
+        return 1;
+    }
+    printf("/* flashcl %s %s */\n%s", fcl_version_string(), what, src);
+    free(src);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *target = argc > 1 ? argv[1] : "";
-    if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA program (compute capability 8.0 and later) */
-        char *src = fcl_mma_kernel_source();
-        if (!src)
-            return 1;
-        printf("/* flashcl %s tensor-core kernels */\n%s", fcl_version_string(), src);
-        free(src);
-        return 0;
+    const char *which = argc > 2 ? argv[2] : NULL;
+    if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA programs (compute capability 8.0 and later) */
+        const int program = program_number(which, FCL_MMA_BUCKETS);
+        if (program >= FCL_SOURCE_ALL)
+            return print_source(fcl_mma_kernel_source(program), "tensor-core kernels");
     }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
-        if (strcmp(target, presets[i].name) != 0)
+        const int program = program_number(which, FCL_ATTENTION_BUCKETS);
+        if (strcmp(target, presets[i].name) != 0 || program < FCL_SOURCE_ALL)
             continue;
-        char *src = fcl_kernel_source(&presets[i].info, getenv("FLASHCL_TUNE"));
-        if (!src) {
-            fprintf(stderr, "flashcl-source: %s\n", fcl_context_last_error(NULL));
-            return 1;
-        }
-        printf("/* flashcl %s kernels as planned for %s: %s */\n%s", fcl_version_string(),
-               presets[i].name, presets[i].what, src);
-        free(src);
-        return 0;
+        char what[160];
+        snprintf(what, sizeof what, "kernels as planned for %s: %s", presets[i].name,
+                 presets[i].what);
+        return print_source(fcl_kernel_source(&presets[i].info, getenv("FLASHCL_TUNE"), program),
+                            what);
     }
-    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90|sm_80-mma\n");
+    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90|sm_80-mma [all|first|d64|d128|d256|d576]\n"
+                    "  (the NVIDIA programs have buckets up to d256)\n");
     return 2;
 }
