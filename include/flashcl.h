@@ -93,7 +93,9 @@ typedef struct fcl_device_info {
     cl_uint preferred_vector_width_float;
     int has_fp16;
     int has_fp64;
-    /* Per-kernel limits, queried after the build (minimum over the softmax kernels). */
+    /* Per-kernel limits, queried after the build (minimum over the softmax kernels). Kernels
+     * are built on first use: until softmax's first call (or fcl_softmax_plan) these and the
+     * softmax plan below are as planned. */
     size_t kernel_work_group_size;
     cl_ulong kernel_local_mem_size; /* static local memory of the fused softmax kernel */
     /* Plan derived from the above. */
@@ -118,9 +120,10 @@ typedef struct fcl_device_info {
      * says which limit: local memory, work-group size or registers) or where the device
      * prefers it: that bucket then runs a block of rows_block_q queries per work-item
      * (FCL_ATTENTION_PATH_ROWS), which needs no local memory and groups of one.
-     * A bucket's kernels are built on its first use (a call or fcl_attention_plan): until
-     * then its entry is the plan, with local_mem_size and decode_block_kv 0; after, what the
-     * compiled kernels fit (a smaller tile where one did not). */
+     * Kernels are built on first use (a call or fcl_attention_plan): until a bucket's first
+     * tile kernel is, its entry is the plan, with local_mem_size 0; after, what that kernel
+     * fits (a smaller tile where it did not). A call whose feature set's tile kernel does not
+     * fit that tile runs the rows kernel; one whose decode kernel does not fit, the tile. */
     struct fcl_attention_tile {
         size_t max_head_dim, block_q, block_kv, work_group_size;
         size_t rows_block_q;     /* the rows kernel's queries per work-item (16; fewer under
@@ -133,8 +136,8 @@ typedef struct fcl_device_info {
     } attention_tiles[4];
     char tuning[96];                 /* where the parameters came from (device table entry,
                                         FLASHCL_TUNE) */
-    int program_from_cache;          /* 1 when the kernels built so far came from the on-disk
-                                        cache */
+    int program_from_cache;          /* 1 when every program built so far came from the
+                                        on-disk cache (0 before the first) */
     /* 0 where flashcl does not use its program cache because the driver cannot be asked for
      * program binaries safely (POCL 4 and later abort in clGetProgramInfo(BINARIES) for
      * flashcl's program; POCL keeps its own cache of compiled programs). */
@@ -155,9 +158,9 @@ typedef struct fcl_device_info {
      * kernels built and their self-check passed): f16 and bf16 prefill on the tensor cores
      * (FCL_ATTENTION_PATH_MMA), decoding by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV) and
      * softmax by warp shuffles (softmax_nv_cols); 0, with the reason in attention_mma_because,
-     * elsewhere. A head-dim bucket's tensor-core and decode kernels are built on its first
-     * use: where they do not build or fit, its calls run the portable kernels and
-     * attention_mma_because says so (attention_mma stays 1). */
+     * elsewhere. The other NVIDIA kernels are built on first use: where one does not build or
+     * fit, its calls run the portable kernels and attention_mma_because says so
+     * (attention_mma stays 1). */
     int attention_mma;
     char attention_mma_because[160];
     /* With NVIDIA's kernels (attention_mma), softmax on rows whose cols, in_stride and
@@ -256,7 +259,8 @@ FCL_API fcl_status fcl_softmax_run(fcl_context *ctx, const fcl_softmax_desc *d,
                                    cl_event *done);
 FCL_API fcl_status fcl_softmax_run_host(fcl_context *ctx, const fcl_softmax_desc *d,
                                         const fcl_softmax_host_io *io); /* blocking */
-/* The algorithm fcl_softmax would run for d, without running it. */
+/* The algorithm fcl_softmax would run for d, without running it (building the softmax
+ * kernels where no call has yet: kernels are built on first use). */
 FCL_API fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo);
 FCL_API const char *fcl_softmax_algo_name(fcl_softmax_algo a);
 
@@ -441,9 +445,10 @@ typedef enum fcl_attention_path {
  * Buffers that come only with the call (sinks, alibi_slopes without alibi_from_mask,
  * seqlens_kv, cu_seqlens) are taken as absent, and can change the kernel: GQA decoding with
  * sinks, for one, runs FCL_ATTENTION_PATH_DECODE where the plan of d says MMA.
- * The portable kernels of a head-dim bucket are compiled (or loaded from the program cache)
- * on the bucket's first use; planning counts as a use, so an application that must not wait
- * for a compile in its first call plans its shapes once when it loads. */
+ * Kernels are compiled (or loaded from the program cache) on first use, a few at a time;
+ * planning counts as a use (it builds the kernels the call would run), so an application
+ * that must not wait for a compile in its first call plans its shapes once when it loads
+ * (fcl_softmax_plan likewise). */
 typedef struct fcl_attention_plan_info {
     size_t block_q, block_kv; /* queries and keys per tile */
     size_t kv_splits;         /* 1: no split-KV */

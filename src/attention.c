@@ -25,31 +25,88 @@ static int rows_aligned8(const fcl_attention_params *p)
     return any % 8 == 0;
 }
 
+/* Whether two launches have the same kernel shape. */
+static int same_shape(const fcl_attention_launch *a, const fcl_attention_launch *b)
+{
+    return a->path == b->path && a->block_q == b->block_q && a->block_kv == b->block_kv &&
+           a->work_group_size == b->work_group_size;
+}
+
+/* The portable launch for pr with its kernel, built on first use: where the kernel of the
+ * planned path does not fit for the call's features, another path (decode -> tile -> rows);
+ * where a bucket's first tile kernel refits its tile, the call is planned again. */
+static fcl_status plan_portable(fcl_context *ctx, const fcl_attention_problem *pr,
+                                fcl_attention_launch *l)
+{
+    unsigned avoid = 0;
+    for (int round = 0; round < 8; round++) {
+        if (fcl_plan_attention_avoiding(&ctx->info, &pr->d, avoid, l) != FCL_SUCCESS)
+            return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
+                            "attention with head dims (%zu, %zu), len_kv %zu on this device: %s",
+                            pr->d.head_dim, pr->d.head_dim_v, pr->d.len_kv, l->refusal);
+        const fcl_attention_launch planned = *l;
+        cl_kernel kernel;
+        fcl_status s = fcl_attention_kernel(ctx, l, pr->params.flags, &kernel);
+        if (s != FCL_SUCCESS)
+            return s;
+        if (!kernel) {
+            avoid |= 1u << l->path;
+            continue;
+        }
+        fcl_plan_attention_avoiding(&ctx->info, &pr->d, avoid, l);
+        if (same_shape(l, &planned)) {
+            l->kernel = kernel;
+            return l->splits > 1 ? fcl_build_merge(ctx) : FCL_SUCCESS;
+        }
+    }
+    return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED, "no attention kernel fits this device for "
+                    "head dims (%zu, %zu)", pr->d.head_dim, pr->d.head_dim_v);
+}
+
+/* NVIDIA's launch for d where their kernels take it and build: 1 (with l->kernel), else 0. */
+static fcl_status plan_nvidia(fcl_context *ctx, int planned, const fcl_attention_problem *pr,
+                              fcl_attention_launch *l, int *taken)
+{
+    *taken = 0;
+    if (!planned)
+        return FCL_SUCCESS;
+    fcl_status s = fcl_attention_kernel(ctx, l, pr->params.flags, &l->kernel);
+    if (s == FCL_SUCCESS && l->kernel && l->splits > 1)
+        s = fcl_build_merge(ctx);
+    *taken = s == FCL_SUCCESS && l->kernel;
+    return s;
+}
+
 /* The launch for pr, and the problem the kernels run: pr, or where a GQA group decodes on the
- * tensor cores, the group's heads as rows of one kv head (fcl_attention_gqa_rows). */
+ * tensor cores, the group's heads as rows of one kv head (fcl_attention_gqa_rows). The
+ * caller holds ctx->build_lock. */
+static fcl_status plan_locked(fcl_context *ctx, const fcl_attention_problem *pr,
+                              fcl_attention_launch *l, fcl_attention_problem *run)
+{
+    int taken = 0;
+    fcl_status s = FCL_SUCCESS;
+    if (fcl_attention_gqa_rows(pr, run))
+        s = plan_nvidia(ctx,
+                        fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
+                                                    rows_aligned8(&run->params), l),
+                        run, l, &taken);
+    if (s != FCL_SUCCESS || taken)
+        return s;
+    *run = *pr;
+    s = plan_nvidia(ctx, fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l),
+                    pr, l, &taken);
+    if (s != FCL_SUCCESS || taken)
+        return s;
+    return plan_portable(ctx, pr, l);
+}
+
 static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_attention_launch *l,
                        fcl_attention_problem *run)
 {
-    /* The kernels of the launch's head-dim bucket are built on the bucket's first use; where
-     * NVIDIA's do not build, the portable kernels take the call. */
-    int nvidia = 0;
-    fcl_status s = FCL_SUCCESS;
-    if (fcl_attention_gqa_rows(pr, run) &&
-        fcl_plan_attention_gqa_rows(&ctx->info, &run->d, rows_aligned8(&run->params), l) &&
-        ((s = fcl_build_mma_bucket(ctx, l->bucket, &nvidia)) != FCL_SUCCESS || nvidia))
-        return s;
-    *run = *pr;
-    if (fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l) &&
-        ((s = fcl_build_mma_bucket(ctx, l->bucket, &nvidia)) != FCL_SUCCESS || nvidia))
-        return s;
-    const int bucket = fcl_attention_bucket(pr->d.head_dim, pr->d.head_dim_v);
-    if (bucket >= 0 && (s = fcl_build_attention_bucket(ctx, bucket)) != FCL_SUCCESS)
-        return s;
-    if (fcl_plan_attention(&ctx->info, &pr->d, l) != FCL_SUCCESS)
-        return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
-                        "attention with head dims (%zu, %zu), len_kv %zu on this device: %s",
-                        pr->d.head_dim, pr->d.head_dim_v, pr->d.len_kv, l->refusal);
-    return FCL_SUCCESS;
+    pthread_mutex_lock(&ctx->build_lock);
+    fcl_status s = plan_locked(ctx, pr, l, run);
+    pthread_mutex_unlock(&ctx->build_lock);
+    return s;
 }
 
 const char *fcl_attention_path_name(fcl_attention_path p)
@@ -185,21 +242,6 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
-/* The kernel of launch l compiled for the fewest features that cover flags (ALL covers every
- * call, and is built wherever the path is). */
-static cl_kernel attention_kernel(const fcl_context *ctx, const fcl_attention_launch *l, cl_uint flags)
-{
-    if (l->path == FCL_ATTENTION_PATH_MMA)
-        return (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[l->bucket][l->mma_kind];
-    const cl_kernel *kernels = l->path == FCL_ATTENTION_PATH_DECODE_NV ? ctx->attention_decode_nv[l->bucket]
-                               : l->heads_step > 1 ? ctx->attention_decode_groups[l->bucket]
-                                                   : ctx->attention[l->bucket][l->path];
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-        if (kernels[v] && !(flags & ~(cl_uint)fcl_attention_variant_features(v)))
-            return kernels[v];
-    return NULL;
-}
-
 /* Split-KV: kern writes partial results of p's rows into the context's scratch memory (after
  * the last kernel that used it) and the merge combines them into the rows. */
 static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_attention_launch *l,
@@ -242,7 +284,7 @@ static fcl_status enqueue(fcl_context *ctx, const fcl_attention_problem *pr,
                           const cl_event *wait, cl_event *done)
 {
     fcl_attention_params p = pr->params;
-    cl_kernel kern = attention_kernel(ctx, l, p.flags);
+    cl_kernel kern = l->kernel;
     p.q_tiles = l->q_tiles;
     p.heads_step = l->heads_step;
     p.splits = l->splits;
@@ -530,6 +572,11 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
     if (s != FCL_SUCCESS)
         return s;
 
+    pthread_mutex_lock(&ctx->build_lock);
+    s = fcl_build_merge(ctx);
+    pthread_mutex_unlock(&ctx->build_lock);
+    if (s != FCL_SUCCESS)
+        return s;
     /* Without the caller's lse, the merged lse lives in the context's scratch memory, whose
      * last user the first merge waits for. */
     cl_mem lse_to = lse;

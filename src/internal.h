@@ -73,30 +73,39 @@ typedef struct fcl_build_setup {
     fcl_kernel_plan plan;
 } fcl_build_setup;
 
+/* A program of a few kernels, built on their first use (program.c). */
+typedef struct fcl_unit {
+    cl_program program;
+    int state; /* 0: not tried yet; 1: built, its kernels usable; -1: they did not build or
+                  fit the device (another path serves their calls) */
+} fcl_unit;
+
 struct fcl_context {
     cl_context cl_ctx;
     cl_device_id device;
     cl_command_queue queue;
-    /* The softmax and merge kernels' program, built with the context; each head-dim bucket's
-     * attention kernels are a program of their own, built on the bucket's first use (NULL
-     * until then) under build_lock, which also guards the NVIDIA buckets below and the info
-     * fields those builds write (attention_tiles, program_from_cache, attention_mma_because). */
-    cl_program program;
-    cl_program attention_program[FCL_ATTENTION_BUCKETS];
+    /* The kernels' programs, each built on first use under build_lock, which also guards
+     * planning (which reads what the builds find) and the fields of info they write: the
+     * softmax kernels' limits and plan, attention_tiles, program_from_cache,
+     * softmax_nv_cols and attention_mma_because. A launch's kernels, once planned, are
+     * never changed or released until the context is destroyed. */
     fcl_build_setup build;
     pthread_mutex_t build_lock;
+    int programs_built;
+    fcl_unit softmax_unit, merge_unit;
+    fcl_unit tile_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
+    fcl_unit decode_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
+    fcl_unit rows_unit[FCL_ATTENTION_BUCKETS];
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
-    /* The NVIDIA kernels, in programs of their own: the first (NVIDIA's softmax and the
-     * self-check) built with the context, and per bucket up to head dims 256 the tensor-core
-     * kernels (cl/attention_mma_nv.cl) per kind (FCL_MMA_F16, ...) and the shuffle decode
-     * kernels, built on the bucket's first use (mma_bucket_state: 0 not yet, 1 built, -1 they
-     * did not build or fit: the portable kernels serve); NULL where not built. */
-    cl_program mma_program;
-    cl_program mma_bucket_program[FCL_MMA_BUCKETS];
-    int mma_bucket_state[FCL_MMA_BUCKETS];
+    /* The NVIDIA kernels' programs: the self-check (run when the context is made), softmax,
+     * per bucket up to head dims 256 the tensor-core kernels (cl/attention_mma_nv.cl) of each
+     * kind (FCL_MMA_F16, ...) and the shuffle decode kernels of each feature set. */
+    fcl_unit mma_check_unit, softmax_nv_unit;
+    fcl_unit mma_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    fcl_unit decode_nv_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
     /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
@@ -189,26 +198,33 @@ fcl_status fcl_probe_kernels(fcl_context *ctx);
 void fcl_fit_local_mem_count(fcl_device_info *info, cl_ulong once, cl_ulong twice);
 
 /* ---- program.c ---- */
-/* Builds (or loads from the cache) the softmax and merge kernels (and NVIDIA's, where the
- * planner wants them) for ctx->device; fills ctx->program, ctx->softmax and the per-kernel
- * and plan fields of ctx->info, with every bucket's planned tile. */
+/* Plans the kernels for ctx->device (the plan fields of ctx->info, every bucket's tile as
+ * planned) and runs NVIDIA's self-check where the planner wants their kernels; every other
+ * kernel is built on first use by the calls below, made under ctx->build_lock. */
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *cache_dir);
-/* Builds (or loads) a head-dim bucket's attention kernels where not yet built, and records
- * their tile in ctx->info.attention_tiles[bucket]. Thread-safe; a failure leaves the bucket
- * unbuilt, for the next call to try again. */
-fcl_status fcl_build_attention_bucket(fcl_context *ctx, int bucket);
+/* The softmax kernels (NVIDIA's too, where used), built (or loaded from the cache) where not
+ * yet, with the plan fields that depend on them. A failure leaves them unbuilt, for the next
+ * call to try again. */
+fcl_status fcl_build_softmax(fcl_context *ctx);
+/* The merge kernels (split-KV and fcl_attention_merge), likewise. */
+fcl_status fcl_build_merge(fcl_context *ctx);
+/* The kernel of launch l for feature flags: the fewest features that cover them, built where
+ * not yet tried; NULL where none of l's path builds or fits (the caller plans another path).
+ * A bucket's first tile kernel may make the planner refit its tile
+ * (info.attention_tiles[l->bucket] changes: the caller plans again). Fails only where a
+ * build fails for another reason than the kernels (no memory, the driver's errors), leaving
+ * that unit to be tried again. */
+struct fcl_attention_launch;
+fcl_status fcl_attention_kernel(fcl_context *ctx, const struct fcl_attention_launch *l,
+                                cl_uint flags, cl_kernel *kernel);
 void fcl_release_kernels(fcl_context *ctx);
-/* For offline compilers, the source of a program (malloc'd; NULL on a bad override or no
- * memory): a head-dim bucket's (0 up to the buckets), the context's first program, or every
- * kernel in one source. */
-enum { FCL_SOURCE_FIRST = -1, FCL_SOURCE_ALL = -2 };
+/* For offline compilers, the source of a program (malloc'd; NULL on a bad override, a
+ * program the set does not have, or no memory): a head-dim bucket's kernels in one program
+ * (0 up to the buckets), softmax's, the merge's, NVIDIA's self-check, or every kernel. */
+enum { FCL_SOURCE_ALL = -1, FCL_SOURCE_SOFTMAX = -2, FCL_SOURCE_MERGE = -3, FCL_SOURCE_CHECK = -4 };
 /* The portable kernels as fcl_build_kernels and the bucket builds would compile them for
  * info's device with the FLASHCL_TUNE overrides tune. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int program);
-/* Builds a head-dim bucket's NVIDIA kernels where not yet built (info.attention_mma must be
- * 1); *usable says whether they serve its calls. Thread-safe. Fails only without host
- * memory: kernels that do not build or fit leave the bucket to the portable kernels. */
-fcl_status fcl_build_mma_bucket(fcl_context *ctx, int bucket, int *usable);
 /* The NVIDIA programs (cl/common_nv.cl, cl/attention_mma_nv.cl, cl/attention_decode_nv.cl,
  * cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every such device; buckets up to
  * FCL_MMA_BUCKETS). */
@@ -327,7 +343,8 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
                               struct fcl_attention_tile *tile);
 /* Every bucket's tile before the build (tiles[FCL_ATTENTION_BUCKETS]): the tuning's tile, or
  * the largest that fits, or the rows kernel where the tuning prefers it; with the rows
- * kernel's queries per work-item. */
+ * kernel's queries per work-item, and decoding (decode_block_kv) beside the tiles where its
+ * work-groups fit the device. */
 void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
                               struct fcl_attention_tile *tiles);
 /* Whether to build the tensor-core path (cl/attention_mma_nv.cl) for this device: 1, or 0
@@ -373,6 +390,7 @@ typedef struct fcl_attention_launch {
     int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the GQA build, GQA decoding as rows */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
+    cl_kernel kernel;    /* the kernel (attention.c sets it, fcl_attention_kernel's) */
 } fcl_attention_launch;
 
 /* The kernel, tiles and key splits for a validated descriptor (heads_kv, head_dim_v filled
@@ -380,6 +398,11 @@ typedef struct fcl_attention_launch {
  * local memory nor a large work-group). */
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch);
+/* The same, not on the paths in avoid (bits 1 << FCL_ATTENTION_PATH_TILE, _DECODE: their
+ * kernels did not fit for the call's features): without a tile the rows kernel serves,
+ * without the decode kernel the tile kernel. */
+fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_attention_desc *d,
+                                       unsigned avoid, fcl_attention_launch *launch);
 /* The NVIDIA launch for d where those kernels take it (info->attention_mma, head dims up to
  * 256 in multiples of 8, and rows_aligned: every row of q, k and v at a multiple of 8
  * elements, for their 16-byte loads): the tensor cores for q, k and v of one storage type

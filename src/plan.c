@@ -597,6 +597,7 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
     }
     fcl_plan_attention_tile(&room, bucket, next, max_accumulators, group, prefetch, tile);
     tile->rows_block_q = built.rows_block_q;
+    tile->decode_block_kv = tile->block_q ? built.decode_block_kv : 0; /* as planned */
     if (!tile->block_q && counted_local > info->local_mem_size)
         snprintf(tile->rows_because, sizeof tile->rows_because,
                  "the %zu x %zu tile's kernel counts %llu bytes of local memory, the device has "
@@ -607,7 +608,8 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
 void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
                               struct fcl_attention_tile *tiles)
 {
-    size_t group_limit = fcl_plan_work_group_size(info, info->max_work_group_size);
+    const size_t device_limit = fcl_plan_work_group_size(info, info->max_work_group_size);
+    size_t group_limit = device_limit;
     if (tuning->attention_group && tuning->attention_group < group_limit)
         group_limit = tuning->attention_group; /* FLASHCL_TUNE: the smaller groups elsewhere */
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
@@ -623,6 +625,9 @@ void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tun
             tile->max_head_dim = fcl_attention_bucket_dim(b);
         }
         tile->rows_block_q = fcl_plan_rows_block_q(info, b, tuning->vector_width);
+        /* decoding beside the tiles, where its work-groups fit (its kernels, built on first
+         * use, may still not: then the tile serves) */
+        tile->decode_block_kv = tile->block_q && device_limit >= FA_DEC_LWS ? FA_DEC_KEYS : 0;
     }
 }
 
@@ -809,20 +814,28 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
 fcl_status fcl_plan_attention(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_launch *launch)
 {
+    return fcl_plan_attention_avoiding(info, d, 0, launch);
+}
+
+fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_attention_desc *d,
+                                       unsigned avoid, fcl_attention_launch *launch)
+{
     int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     launch->refusal = "no attention kernel takes head dims above 576";
     if (bucket < 0)
         return FCL_ERROR_UNSUPPORTED;
     const struct fcl_attention_tile *tile = &info->attention_tiles[bucket];
     /* The rows kernel serves where the device prefers it and where no tile fits; the decode
-     * kernel where it was built, except under a loop cap (the tile kernel's loops are
+     * kernel where the plan has it, except under a loop cap (the tile kernel's loops are
      * modelled, the decode kernel's are not). */
-    fcl_attention_path path = info->attention_rows_per_item || tile->block_q == 0
-                                  ? FCL_ATTENTION_PATH_ROWS
-                              : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q &&
-                                        !info->loop_iteration_cap
-                                  ? FCL_ATTENTION_PATH_DECODE
-                                  : FCL_ATTENTION_PATH_TILE;
+    fcl_attention_path path =
+        info->attention_rows_per_item || tile->block_q == 0 ||
+                (avoid >> FCL_ATTENTION_PATH_TILE & 1)
+            ? FCL_ATTENTION_PATH_ROWS
+        : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q &&
+                !info->loop_iteration_cap && !(avoid >> FCL_ATTENTION_PATH_DECODE & 1)
+            ? FCL_ATTENTION_PATH_DECODE
+            : FCL_ATTENTION_PATH_TILE;
     int decode = path == FCL_ATTENTION_PATH_DECODE;
     size_t bq = path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q : decode ? 1 : tile->block_q;
     size_t bk = path == FCL_ATTENTION_PATH_ROWS ? info->softmax_vector_width

@@ -1,9 +1,11 @@
 /* Program build: the source compiled for a device is a prelude of #defines planned from the
- * probed capabilities, then the embedded .cl files. The context's first program holds
- * softmax.cl once per storage type and the merge; each head-dim bucket's attention families
- * (once per feature set) are a program of their own, built on the bucket's first use, so that
- * a context compiles only what its calls run. Each binary goes through the on-disk cache of
- * cache.c. */
+ * probed capabilities, then the embedded .cl files. Kernels are built on first use, a few to
+ * a program (a unit): softmax in every storage type; the merge; per head-dim bucket and
+ * feature set the tile kernel, and the decode kernels; per bucket the rows kernel; and
+ * NVIDIA's self-check (with the context), softmax, tensor-core kinds and shuffle decode. A
+ * context compiles only what its calls run. Each binary goes through the on-disk cache of
+ * cache.c. Units are built, and the planner's fields in ctx->info they set are written and
+ * read, under ctx->build_lock. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -34,15 +36,8 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
     "softmax_rows", "softmax_block"};
 
-typedef fcl_kernel_plan kernel_plan;
 
-/* The parts a program's source is made of: the first program's two, one per head-dim bucket,
- * and for offline compilers all of them in one source. */
-#define PART_SOFTMAX 1u
-#define PART_MERGE 2u
-#define PART_BUCKET(b) (4u << (b))
-#define PARTS_FIRST (PART_SOFTMAX | PART_MERGE)
-#define PARTS_ALL (PARTS_FIRST | (PART_BUCKET(FCL_ATTENTION_BUCKETS) - PART_BUCKET(0)))
+typedef fcl_kernel_plan kernel_plan;
 
 /* ---- growing string ---- */
 typedef struct text {
@@ -85,19 +80,26 @@ static void text_add(text *t, const char *fmt, ...)
  * calls its all-feature build serves (the tile kernel needs that build for its registers). */
 static int decode_built_for(int variant) { return variant != FCL_ATTENTION_SCORES; }
 
-/* The kernels of one head-dim bucket and feature set (variant): the tile kernel (with the
- * decode kernel where it takes the bucket's dims and is built for the set), or the rows
- * kernel. */
-static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int variant)
+/* The kernels a program's source holds. For offline compilers, one source holds them all. */
+typedef struct parts {
+    int softmax, merge;
+    unsigned tile[FCL_ATTENTION_BUCKETS];   /* bit v: the tile kernel of feature set v */
+    unsigned decode[FCL_ATTENTION_BUCKETS]; /* bit v: the decode kernels of feature set v */
+    unsigned rows;                          /* bit b: the rows kernel of bucket b */
+} parts;
+
+/* Bucket b's kernels of feature set v: the tile kernel and the decode kernels (for one query
+ * head, and for GQA groups), as parts says. */
+static void add_tile_and_decode(text *t, const kernel_plan *plan, const parts *p, int b, int v)
 {
+    const struct fcl_attention_tile *tile = &plan->tile[b];
+    const int with_tile = (p->tile[b] >> v & 1u) != 0, with_decode = (p->decode[b] >> v & 1u) != 0;
+    if (!with_tile && !with_decode)
+        return;
     size_t dim = fcl_attention_bucket_dim(b);
     text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim,
-             fcl_attention_variant_suffix(variant), dim, fcl_attention_variant_features(variant));
-    const struct fcl_attention_tile *tile = &plan->tile[b];
-    if (!tile->block_q) {
-        text_add(t, "#define FA_RQ %zu\n#line 1 \"attention_rows.cl\"\n%s\n#undef FA_RQ\n",
-                 tile->rows_block_q, fcl_cl_attention_rows);
-    } else {
+             fcl_attention_variant_suffix(v), dim, fcl_attention_variant_features(v));
+    if (with_tile) {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
         text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
                     "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n"
@@ -106,23 +108,35 @@ static void add_attention_kernels(text *t, const kernel_plan *plan, int b, int v
                  fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
                                              tile->work_group_size),
                  plan->attention_pv_vec, fcl_cl_attention_tile);
-        if (decode_built_for(variant))
-            /* for one query head, and for GQA groups */
-            text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
-                        "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
-                     fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
+    }
+    if (with_decode)
+        text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
+                    "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
+                 fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
+    if (with_tile)
         text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
                     "#undef FA_PV_VEC\n");
-    }
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
-/* The source of a program of the given parts. A bucket's program has only the prelude's
- * defines its kernels read, so that it does not change with the softmax kernels' plan. */
-static char *program_source(const kernel_plan *plan, unsigned parts)
+static void add_rows(text *t, const kernel_plan *plan, int b)
+{
+    size_t dim = fcl_attention_bucket_dim(b);
+    text_add(t, "#define FA_NAME d%zu_all\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                "#define FA_RQ %zu\n#line 1 \"attention_rows.cl\"\n%s\n#undef FA_RQ\n"
+                "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+             dim, dim, FA_FEATURES_ALL, plan->tile[b].rows_block_q, fcl_cl_attention_rows);
+}
+
+/* The source of a program of the given parts. Only softmax's programs define the prelude's
+ * softmax parameters, so that the others do not change with them. */
+static char *program_source(const kernel_plan *plan, const parts *p)
 {
     text t = {0};
-    if (parts & PART_SOFTMAX)
+    int attention = p->merge || p->rows;
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
+        attention |= p->tile[b] || p->decode[b];
+    if (p->softmax)
         text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
                      "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
                  plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
@@ -131,25 +145,25 @@ static char *program_source(const kernel_plan *plan, unsigned parts)
                      "#define FCL_FORCE_INLINE %d\n",
                  plan->vector_width, plan->force_inline);
     text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
-    if (parts & PART_SOFTMAX) {
+    if (p->softmax) {
         text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
                  fcl_cl_softmax_args, fcl_cl_softmax_common);
         for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
             text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
                      dtype_suffix[dt], fcl_cl_softmax);
     }
-    if (parts & ~PART_SOFTMAX)
+    if (attention)
         text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
                  fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        if (!(parts & PART_BUCKET(b)))
-            continue;
-        add_attention_kernels(&t, plan, b, FCL_ATTENTION_ALL);
-        if (plan->tile[b].block_q) /* the rows kernel has only ALL */
-            for (int v = 0; v < FCL_ATTENTION_ALL; v++)
-                add_attention_kernels(&t, plan, b, v);
+        if ((p->rows >> b) & 1)
+            add_rows(&t, plan, b);
+        /* ALL first: the order of the single program this replaced */
+        add_tile_and_decode(&t, plan, p, b, FCL_ATTENTION_ALL);
+        for (int v = 0; v < FCL_ATTENTION_ALL; v++)
+            add_tile_and_decode(&t, plan, p, b, v);
     }
-    if (parts & PART_MERGE)
+    if (p->merge)
         text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
                      "#undef FA_FEATURES\n",
                  FA_FEATURES_ALL, fcl_cl_attention_merge);
@@ -158,6 +172,24 @@ static char *program_source(const kernel_plan *plan, unsigned parts)
         return NULL;
     }
     return t.s;
+}
+
+/* Every kernel the plan names, for offline compilers. */
+static parts all_parts(const kernel_plan *plan)
+{
+    parts p = {.softmax = 1, .merge = 1};
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        if (!plan->tile[b].block_q) {
+            p.rows |= 1u << b;
+            continue;
+        }
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
+            p.tile[b] |= 1u << v;
+            if (decode_built_for(v))
+                p.decode[b] |= 1u << v;
+        }
+    }
+    return p;
 }
 
 /* The device binary of a built program (malloc'd), or NULL. */
@@ -272,6 +304,24 @@ static fcl_status load_or_build(fcl_context *ctx, char *source, const fcl_build_
     return s;
 }
 
+/* Records how a unit's program came (info.program_from_cache: every program built so far
+ * from the cache). */
+static void note_built(fcl_context *ctx, int from_cache)
+{
+    ctx->info.program_from_cache = (ctx->programs_built++ == 0 || ctx->info.program_from_cache) &&
+                                   from_cache;
+}
+
+/* A unit's program from source (freed here) or the cache. */
+static fcl_status build_unit(fcl_context *ctx, fcl_unit *u, char *source)
+{
+    int from_cache = 0;
+    fcl_status s = load_or_build(ctx, source, &ctx->build, &u->program, &from_cache);
+    if (s == FCL_SUCCESS)
+        note_built(ctx, from_cache);
+    return s;
+}
+
 static void release_kernel(cl_kernel *k)
 {
     if (*k)
@@ -279,73 +329,12 @@ static void release_kernel(cl_kernel *k)
     *k = NULL;
 }
 
-/* A head-dim bucket's NVIDIA kernels and their program. */
-static void release_mma_bucket(fcl_context *ctx, int b)
+static void release_unit(fcl_unit *u)
 {
-    for (int t = 0; t < FCL_MMA_KINDS; t++) {
-        release_kernel(&ctx->attention_mma[b][t]);
-        release_kernel(&ctx->attention_mma_rows[b][t]);
+    if (u->program) {
+        clReleaseProgram(u->program);
+        u->program = NULL;
     }
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-        release_kernel(&ctx->attention_decode_nv[b][v]);
-    if (ctx->mma_bucket_program[b]) {
-        clReleaseProgram(ctx->mma_bucket_program[b]);
-        ctx->mma_bucket_program[b] = NULL;
-    }
-    ctx->mma_bucket_state[b] = 0;
-}
-
-/* The NVIDIA kernels and their programs. */
-static void release_mma_kernels(fcl_context *ctx)
-{
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        release_mma_bucket(ctx, b);
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
-        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
-            release_kernel(&ctx->softmax_nv[dt][b]);
-        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
-            release_kernel(&ctx->softmax_nv_stream[dt][k]);
-    }
-    if (ctx->mma_program) {
-        clReleaseProgram(ctx->mma_program);
-        ctx->mma_program = NULL;
-    }
-}
-
-/* A head-dim bucket's attention kernels and their program. */
-static void release_bucket(fcl_context *ctx, int b)
-{
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
-        for (int p = 0; p < 3; p++)
-            release_kernel(&ctx->attention[b][p][v]);
-        release_kernel(&ctx->attention_decode_groups[b][v]);
-    }
-    if (ctx->attention_program[b]) {
-        clReleaseProgram(ctx->attention_program[b]);
-        ctx->attention_program[b] = NULL;
-    }
-}
-
-/* The first program's kernels and the program. */
-static void release_first(fcl_context *ctx)
-{
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
-            release_kernel(&ctx->softmax[dt][k]);
-    release_kernel(&ctx->attention_merge_splits);
-    release_kernel(&ctx->attention_merge_parts);
-    if (ctx->program) {
-        clReleaseProgram(ctx->program);
-        ctx->program = NULL;
-    }
-}
-
-void fcl_release_kernels(fcl_context *ctx)
-{
-    release_first(ctx);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        release_bucket(ctx, b);
-    release_mma_kernels(ctx);
 }
 
 /* Creates one kernel; reports the work-group size and local memory it allows and uses. */
@@ -370,32 +359,6 @@ static fcl_status create_kernel(fcl_context *ctx, cl_program program, const char
     return FCL_SUCCESS;
 }
 
-/* Creates the softmax kernels the plan built and records their tightest limits in
- * ctx->info. */
-static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *plan)
-{
-    ctx->info.kernel_work_group_size = ctx->info.max_work_group_size;
-    ctx->info.kernel_local_mem_size = 0;
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
-        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++) {
-            char name[64];
-            size_t wg;
-            cl_ulong local;
-            if (k == FCL_K_SOFTMAX_BLOCK && !plan->block_items)
-                continue;
-            snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
-            fcl_status s = create_kernel(ctx, ctx->program, name, &ctx->softmax[dt][k], &wg, &local);
-            if (s != FCL_SUCCESS)
-                return s;
-            if (wg && wg < ctx->info.kernel_work_group_size)
-                ctx->info.kernel_work_group_size = wg;
-            if (k == FCL_K_SOFTMAX_FUSED && local > ctx->info.kernel_local_mem_size)
-                ctx->info.kernel_local_mem_size = local;
-        }
-    }
-    return FCL_SUCCESS;
-}
-
 /* Creates one kernel of a bucket and checks it against the device: where its local memory or
  * work-group does not fit, it is released and *fits is 0, with the work-group it allows in
  * *wg. */
@@ -409,93 +372,230 @@ static fcl_status create_fitting(fcl_context *ctx, cl_program program, const cha
     return s;
 }
 
-/* Creates one bucket's tile kernels (every feature set) and decode kernels, where built. A
- * tile kernel that needs more local memory than the device has moves the bucket to the next
- * smaller tile, one that cannot run its work-group to a smaller group (or either to the rows
- * kernel), and sets *rebuild. */
-static fcl_status create_tile_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
+/* ---- softmax and the merge ---- */
+
+/* Creates the softmax kernels and records their tightest limits in ctx->info. */
+static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *plan)
 {
-    cl_program program = ctx->attention_program[b];
-    struct fcl_attention_tile *tile = &plan->tile[b];
-    char name[48];
-    size_t wg = 0;
-    cl_ulong local = 0, most_local = 0;
-    int fits = 1;
-    fcl_status s = FCL_SUCCESS;
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-        snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
-                 fcl_attention_variant_suffix(v));
-        s = create_fitting(ctx, program, name, &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v],
-                           tile->work_group_size, &fits, &wg, &local);
-        most_local = local > most_local ? local : most_local;
-    }
-    if (s != FCL_SUCCESS)
-        return s;
-    if (!fits) {
-        fcl_plan_attention_refit(&ctx->info, b, plan->attention_accumulators,
-                                 plan->attention_prefetch, wg, local, tile);
-        *rebuild = 1;
-        return FCL_SUCCESS;
-    }
-    tile->local_mem_size = most_local;
-    /* The decode kernels (one query head, and GQA groups) are an extra: where one does not
-     * fit, the tile kernels serve. */
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && fits; v++) {
-        if (!decode_built_for(v))
-            continue;
-        const char *suffix = fcl_attention_variant_suffix(v);
-        snprintf(name, sizeof name, "attention_decode_d%zu%s", tile->max_head_dim, suffix);
-        s = create_fitting(ctx, program, name, &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v],
-                           FA_DEC_LWS, &fits, &wg, &local);
-        snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", tile->max_head_dim, suffix,
-                 FA_DEC_HEADS);
-        if (s == FCL_SUCCESS && fits)
-            s = create_fitting(ctx, program, name, &ctx->attention_decode_groups[b][v],
-                               FA_DEC_LWS, &fits, &wg, &local);
-    }
-    if (s == FCL_SUCCESS && !fits)
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
-            release_kernel(&ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v]);
-            release_kernel(&ctx->attention_decode_groups[b][v]);
+    ctx->info.kernel_work_group_size = ctx->info.max_work_group_size;
+    ctx->info.kernel_local_mem_size = 0;
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++) {
+            char name[64];
+            size_t wg;
+            cl_ulong local;
+            if (k == FCL_K_SOFTMAX_BLOCK && !plan->block_items)
+                continue;
+            snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
+            fcl_status s = create_kernel(ctx, ctx->softmax_unit.program, name,
+                                         &ctx->softmax[dt][k], &wg, &local);
+            if (s != FCL_SUCCESS)
+                return s;
+            if (wg && wg < ctx->info.kernel_work_group_size)
+                ctx->info.kernel_work_group_size = wg;
+            if (k == FCL_K_SOFTMAX_FUSED && local > ctx->info.kernel_local_mem_size)
+                ctx->info.kernel_local_mem_size = local;
         }
-    tile->decode_block_kv = s == FCL_SUCCESS && fits ? FA_DEC_KEYS : 0;
+    }
+    return FCL_SUCCESS;
+}
+
+static void release_softmax(fcl_context *ctx)
+{
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+            release_kernel(&ctx->softmax[dt][k]);
+    release_unit(&ctx->softmax_unit);
+}
+
+/* The softmax kernels. Where one allows a smaller work-group than planned (register
+ * pressure), the program is rebuilt with the largest that fits (each round shrinks, so the
+ * loop ends); the plan fields that depend on the kernels are then set. */
+static fcl_status build_portable_softmax(fcl_context *ctx)
+{
+    kernel_plan *plan = &ctx->build.plan;
+    const parts p = {.softmax = 1};
+    for (;;) {
+        fcl_status s = build_unit(ctx, &ctx->softmax_unit, program_source(plan, &p));
+        if (s == FCL_SUCCESS)
+            s = create_softmax_kernels(ctx, plan);
+        if (s != FCL_SUCCESS) {
+            release_softmax(ctx);
+            return s;
+        }
+        size_t fitting = fcl_plan_work_group_size(&ctx->info, plan->work_group_size);
+        if (fitting == plan->work_group_size)
+            break;
+        plan->work_group_size = fitting;
+        release_softmax(ctx);
+    }
+    ctx->info.softmax_work_group_size = plan->work_group_size;
+    ctx->info.softmax_block_cols = plan->work_group_size * plan->block_items;
+    ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
+    return FCL_SUCCESS;
+}
+
+static fcl_status build_nv_softmax(fcl_context *ctx);
+
+fcl_status fcl_build_softmax(fcl_context *ctx)
+{
+    if (ctx->softmax_unit.state)
+        return FCL_SUCCESS;
+    fcl_status s = build_portable_softmax(ctx);
+    if (s == FCL_SUCCESS && ctx->info.softmax_nv_cols)
+        s = build_nv_softmax(ctx);
+    if (s == FCL_SUCCESS)
+        ctx->softmax_unit.state = 1;
+    else
+        release_softmax(ctx);
     return s;
 }
 
-/* Creates a bucket's attention kernels: the tile kernels (with the decode kernels) or the
- * rows kernel. */
-static fcl_status create_bucket_kernels(fcl_context *ctx, kernel_plan *plan, int b, int *rebuild)
+/* The merge kernels, which run with any work-group size: the largest up to FA_MERGE_LWS that
+ * both allow. */
+fcl_status fcl_build_merge(fcl_context *ctx)
 {
-    size_t wg;
-    cl_ulong local;
-    char name[40];
-    if (plan->tile[b].block_q)
-        return create_tile_kernels(ctx, plan, b, rebuild);
-    snprintf(name, sizeof name, "attention_rows_d%zu_all", plan->tile[b].max_head_dim);
-    return create_kernel(ctx, ctx->attention_program[b], name,
-                         &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL], &wg, &local);
-}
-
-/* Creates the merge kernels, which run with any work-group size: the largest up to
- * FA_MERGE_LWS that both allow. */
-static fcl_status create_merge_kernels(fcl_context *ctx)
-{
-    size_t wg;
-    cl_ulong local;
-    fcl_status s = FCL_SUCCESS;
+    if (ctx->merge_unit.state)
+        return FCL_SUCCESS;
+    const parts p = {.merge = 1};
+    fcl_status s = build_unit(ctx, &ctx->merge_unit, program_source(&ctx->build.plan, &p));
     const char *merge_names[] = {"attention_merge_splits", "attention_merge_parts"};
     cl_kernel *merges[] = {&ctx->attention_merge_splits, &ctx->attention_merge_parts};
     ctx->merge_work_group = FA_MERGE_LWS;
     for (int i = 0; i < 2 && s == FCL_SUCCESS; i++) {
-        s = create_kernel(ctx, ctx->program, merge_names[i], merges[i], &wg, &local);
+        size_t wg;
+        cl_ulong local;
+        s = create_kernel(ctx, ctx->merge_unit.program, merge_names[i], merges[i], &wg, &local);
         if (s == FCL_SUCCESS && wg < ctx->merge_work_group)
             ctx->merge_work_group = wg ? wg : 1;
     }
+    if (s == FCL_SUCCESS) {
+        ctx->merge_unit.state = 1;
+        return s;
+    }
+    for (int i = 0; i < 2; i++)
+        release_kernel(merges[i]);
+    release_unit(&ctx->merge_unit);
     return s;
 }
 
-/* ---- the NVIDIA paths: a program of their own, so that a driver which cannot build or
- * run it leaves the portable kernels as they are ---- */
+/* ---- the portable attention kernels ---- */
+
+/* Whether any of bucket b's tile kernels has been built: its tile is final from then on
+ * (the decode and rows kernels do not depend on it). */
+static int tile_final(const fcl_context *ctx, int b)
+{
+    int built = 0;
+    for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+        built |= ctx->tile_unit[b][v].state != 0;
+    return built;
+}
+
+/* Bucket b's tile kernel of feature set v. Where it does not fit the device (more local
+ * memory than there is, or fewer work-items than its group) and it is the bucket's first
+ * kernel, the planner refits the bucket's tile and it is built again (each round shrinks, so
+ * the loop ends; it may end at the rows kernel, block_q 0); a later feature set's kernel that
+ * does not fit is left unbuilt (state -1: a larger feature set's, or the rows kernel, serves). */
+static fcl_status build_tile(fcl_context *ctx, int b, int v)
+{
+    kernel_plan *plan = &ctx->build.plan;
+    struct fcl_attention_tile *tile = &plan->tile[b];
+    fcl_unit *u = &ctx->tile_unit[b][v];
+    cl_kernel *k = &ctx->attention[b][FCL_ATTENTION_PATH_TILE][v];
+    const int first = !tile_final(ctx, b);
+    while (tile->block_q) {
+        parts p = {0};
+        p.tile[b] = 1u << v;
+        char name[48];
+        size_t wg = 0;
+        cl_ulong local = 0;
+        int fits = 0;
+        snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
+                 fcl_attention_variant_suffix(v));
+        fcl_status s = build_unit(ctx, u, program_source(plan, &p));
+        if (s == FCL_SUCCESS)
+            s = create_fitting(ctx, u->program, name, k, tile->work_group_size, &fits, &wg, &local);
+        if (s != FCL_SUCCESS || !fits) {
+            release_kernel(k);
+            release_unit(u);
+        }
+        if (s != FCL_SUCCESS)
+            return s;
+        if (fits) {
+            u->state = 1;
+            if (local > tile->local_mem_size)
+                tile->local_mem_size = local;
+            ctx->info.attention_tiles[b] = *tile;
+            return FCL_SUCCESS;
+        }
+        if (!first)
+            break;
+        fcl_plan_attention_refit(&ctx->info, b, plan->attention_accumulators,
+                                 plan->attention_prefetch, wg, local, tile);
+        ctx->info.attention_tiles[b] = *tile;
+    }
+    u->state = -1;
+    return FCL_SUCCESS;
+}
+
+/* Bucket b's decode kernels of feature set v (one query head, and GQA groups), an extra:
+ * where either does not fit, state -1 and the tile kernel serves. */
+static fcl_status build_decode(fcl_context *ctx, int b, int v)
+{
+    fcl_unit *u = &ctx->decode_unit[b][v];
+    cl_kernel *one = &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v];
+    cl_kernel *groups = &ctx->attention_decode_groups[b][v];
+    const size_t dim = fcl_attention_bucket_dim(b);
+    const char *suffix = fcl_attention_variant_suffix(v);
+    parts p = {0};
+    p.decode[b] = 1u << v;
+    char name[48];
+    size_t wg;
+    cl_ulong local;
+    int fits = 0;
+    fcl_status s = build_unit(ctx, u, program_source(&ctx->build.plan, &p));
+    snprintf(name, sizeof name, "attention_decode_d%zu%s", dim, suffix);
+    if (s == FCL_SUCCESS)
+        s = create_fitting(ctx, u->program, name, one, FA_DEC_LWS, &fits, &wg, &local);
+    snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", dim, suffix, FA_DEC_HEADS);
+    if (s == FCL_SUCCESS && fits)
+        s = create_fitting(ctx, u->program, name, groups, FA_DEC_LWS, &fits, &wg, &local);
+    if (s == FCL_SUCCESS && fits) {
+        u->state = 1;
+        return s;
+    }
+    release_kernel(one);
+    release_kernel(groups);
+    release_unit(u);
+    if (s == FCL_SUCCESS)
+        u->state = -1;
+    return s;
+}
+
+static fcl_status build_rows(fcl_context *ctx, int b)
+{
+    fcl_unit *u = &ctx->rows_unit[b];
+    cl_kernel *k = &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
+    parts p = {0};
+    p.rows = 1u << b;
+    char name[40];
+    size_t wg;
+    cl_ulong local;
+    snprintf(name, sizeof name, "attention_rows_d%zu_all", fcl_attention_bucket_dim(b));
+    fcl_status s = build_unit(ctx, u, program_source(&ctx->build.plan, &p));
+    if (s == FCL_SUCCESS)
+        s = create_kernel(ctx, u->program, name, k, &wg, &local);
+    if (s == FCL_SUCCESS) {
+        u->state = 1;
+        return s;
+    }
+    release_kernel(k);
+    release_unit(u);
+    return s;
+}
+
+/* ---- the NVIDIA kernels: programs of their own, so that a driver which cannot build or
+ * run them leaves the portable kernels as they are ---- */
 
 /* One build of attention_mma_nv.cl: its bucket, product kind and shape. The products' PTX
  * type is tf32 for float32 storage, else the kind's name (f16, bf16). */
@@ -516,36 +616,39 @@ static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
              FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
 }
 
-/* The parts of the NVIDIA programs: the first (softmax and the self-check), built with the
- * context, and one per head-dim bucket (tensor-core prefill and shuffle decode), built on the
- * bucket's first use; offline compilers get them all in one source. */
-#define NV_PART_FIRST 1u
-#define NV_PART_BUCKET(b) (2u << (b))
-#define NV_PARTS_ALL (NV_PART_FIRST | (NV_PART_BUCKET(FCL_MMA_BUCKETS) - NV_PART_BUCKET(0)))
+/* The NVIDIA programs' parts, as the portable ones'. */
+typedef struct nv_parts {
+    int check, softmax;
+    unsigned mma[FCL_MMA_BUCKETS];    /* bit kind: the kind's prefill and GQA builds */
+    unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
+} nv_parts;
 
-static char *mma_source(unsigned parts)
+static char *mma_source(const nv_parts *p)
 {
     text t = {0};
+    int attention = 0;
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        attention |= p->mma[b] || p->decode[b];
     text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
-    if (parts & ~NV_PART_FIRST)
+    if (attention)
         text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
                  fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
             for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                if ((parts & NV_PART_BUCKET(b)) && fcl_plan_mma_built(b, kind, rows))
+                if (((p->mma[b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows))
                     add_mma_build(&t, b, kind, rows);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-            if ((parts & NV_PART_BUCKET(b)) && decode_built_for(v))
+            if ((p->decode[b] >> v) & 1)
                 text_add(&t, "#define FA_NAME decode_nv_d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
                              "#line 1 \"attention_decode_nv.cl\"\n%s\n"
                              "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
                          fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
                          fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
                          fcl_cl_attention_decode_nv);
-    if (parts & NV_PART_FIRST) {
+    if (p->softmax) {
         text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
                  fcl_cl_softmax_args, fcl_cl_softmax_common);
         for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
@@ -555,20 +658,14 @@ static char *mma_source(unsigned parts)
                                  "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
                              dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
                              fcl_cl_softmax_nv);
-        text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     }
+    if (p->check)
+        text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
     if (t.failed) {
         free(t.s);
         return NULL;
     }
     return t.s;
-}
-
-char *fcl_mma_kernel_source(int program)
-{
-    return mma_source(program == FCL_SOURCE_ALL     ? NV_PARTS_ALL
-                      : program == FCL_SOURCE_FIRST ? NV_PART_FIRST
-                                                    : NV_PART_BUCKET(program));
 }
 
 /* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
@@ -589,7 +686,7 @@ static int mma_check_passes(fcl_context *ctx)
     float got[32 * 12];
     const size_t lanes = 32;
     int passes = 0;
-    cl_kernel check = clCreateKernel(ctx->mma_program, "fcl_mma_check", &err);
+    cl_kernel check = clCreateKernel(ctx->mma_check_unit.program, "fcl_mma_check", &err);
     cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err)
                                    : NULL;
     if (err == CL_SUCCESS)
@@ -613,7 +710,7 @@ static int mma_check_passes(fcl_context *ctx)
     return passes;
 }
 
-/* Creates one kernel of the NVIDIA program for work-groups of `group`; where it cannot run
+/* Creates one kernel of an NVIDIA program for work-groups of `group`; where it cannot run
  * them, *fits = 0 and because says why. */
 static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const char *name,
                                    cl_kernel *out, size_t group, int *fits, char *because,
@@ -629,29 +726,79 @@ static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const c
     return s;
 }
 
-/* Builds the first NVIDIA program (softmax, and the tensor cores' self-check) where the
- * planner wants the NVIDIA kernels, and keeps it where they build, fit and pass the
- * self-check; elsewhere info.attention_mma stays 0 with the reason, and nothing fails but
- * running out of host memory: the portable kernels serve. */
-static fcl_status build_mma_kernels(fcl_context *ctx, const fcl_build_setup *setup,
-                                    const fcl_tuning *tuning)
+/* Builds NVIDIA's self-check where the planner wants NVIDIA's kernels; they are used
+ * (info.attention_mma) only where it gives the host's product. Elsewhere attention_mma stays
+ * 0 with the reason, and nothing fails but running out of host memory: the portable kernels
+ * serve. */
+static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
 {
     char *because = ctx->info.attention_mma_because;
     const size_t cap = sizeof ctx->info.attention_mma_because;
-    int fits = 1;
+    const nv_parts p = {.check = 1};
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
-    fcl_status s = load_or_build(ctx, mma_source(NV_PART_FIRST), setup, &ctx->mma_program, NULL);
+    fcl_status s = build_unit(ctx, &ctx->mma_check_unit, mma_source(&p));
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        return s;
+    if (s != FCL_SUCCESS) {
+        snprintf(because, cap, "its self-check did not build: %.100s", fcl_context_last_error(ctx));
+        fcl_clear_error(ctx);
+    } else if (!mma_check_passes(ctx)) {
+        snprintf(because, cap, "its self-check (one mma.sync per storage type) did not give the "
+                 "host's product");
+    } else {
+        ctx->info.attention_mma = 1;
+        because[0] = '\0';
+        if (tuning->softmax_nv)
+            ctx->info.softmax_nv_cols = SM_NV_COLS;
+    }
+    release_unit(&ctx->mma_check_unit); /* its one kernel has run */
+    return FCL_SUCCESS;
+}
+
+/* Why an NVIDIA unit is not used: the reason, in info.attention_mma_because; the failure
+ * recorded on ctx is forgotten (the portable kernels serve). */
+static void nv_unit_failed(fcl_context *ctx, fcl_unit *u, fcl_status s, const char *what,
+                           const char *why)
+{
+    if (s != FCL_SUCCESS)
+        why = fcl_context_last_error(ctx);
+    snprintf(ctx->info.attention_mma_because, sizeof ctx->info.attention_mma_because,
+             "%.48s runs the portable kernels: %.80s", what, why);
+    fcl_clear_error(ctx);
+    release_unit(u);
+    u->state = -1;
+}
+
+static void release_nv_softmax(fcl_context *ctx)
+{
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+            release_kernel(&ctx->softmax_nv[dt][b]);
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+            release_kernel(&ctx->softmax_nv_stream[dt][k]);
+    }
+}
+
+/* NVIDIA's softmax, beside the portable kernels: where it does not build or fit,
+ * softmax_nv_cols becomes 0 (the portable kernels serve). */
+static fcl_status build_nv_softmax(fcl_context *ctx)
+{
+    fcl_unit *u = &ctx->softmax_nv_unit;
+    const nv_parts p = {.softmax = 1};
+    char why[160] = "";
+    int fits = 1;
+    fcl_status s = build_unit(ctx, u, mma_source(&p));
     for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
         for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS && s == FCL_SUCCESS && fits; b++) {
             const size_t vecs = fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b);
             char name[32];
             snprintf(name, sizeof name, "softmax_nv%zu_%s", vecs, dtype_suffix[dt]);
             if (vecs)
-                s = create_nv_kernel(ctx, ctx->mma_program, name, &ctx->softmax_nv[dt][b],
-                                     SM_NV_LWS, &fits, because, cap);
+                s = create_nv_kernel(ctx, u->program, name, &ctx->softmax_nv[dt][b], SM_NV_LWS,
+                                     &fits, why, sizeof why);
         }
     const int streaming[] = {FCL_K_SOFTMAX_ONLINE, FCL_K_SOFTMAX_SPLIT_STATS,
                              FCL_K_SOFTMAX_SPLIT_WRITE};
@@ -661,102 +808,186 @@ static fcl_status build_mma_kernels(fcl_context *ctx, const fcl_build_setup *set
             /* "softmax_nv_" and the portable kernel's name past "softmax_" */
             snprintf(name, sizeof name, "softmax_nv_%s_%s", softmax_kernel_names[streaming[i]] + 8,
                      dtype_suffix[dt]);
-            s = create_nv_kernel(ctx, ctx->mma_program, name,
-                                 &ctx->softmax_nv_stream[dt][streaming[i]], SM_NV_LWS, &fits,
-                                 because, cap);
+            s = create_nv_kernel(ctx, u->program, name, &ctx->softmax_nv_stream[dt][streaming[i]],
+                                 SM_NV_LWS, &fits, why, sizeof why);
         }
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
-        release_mma_kernels(ctx);
-        return s;
-    }
-    if (s != FCL_SUCCESS) {
-        snprintf(because, cap, "its kernels did not build: %.100s", fcl_context_last_error(ctx));
-        fcl_clear_error(ctx);
-    } else if (fits && !mma_check_passes(ctx)) {
-        snprintf(because, cap, "its self-check (one mma.sync per storage type) did not give the "
-                 "host's product");
-    } else if (fits) {
-        ctx->info.attention_mma = 1;
-        because[0] = '\0';
-        if (tuning->softmax_nv)
-            ctx->info.softmax_nv_cols = SM_NV_COLS;
-    }
-    if (!ctx->info.attention_mma)
-        release_mma_kernels(ctx);
-    return FCL_SUCCESS;
-}
-
-/* Creates bucket b's NVIDIA kernels (every tensor-core kind, prefill and GQA builds, and the
- * shuffle decode kernels) from its program; *fits 0 (with the reason) where one cannot run
- * its work-group. */
-static fcl_status create_mma_bucket_kernels(fcl_context *ctx, int b, int *fits, char *because,
-                                            size_t cap)
-{
-    cl_program program = ctx->mma_bucket_program[b];
-    const size_t dim = fcl_attention_bucket_dim(b);
-    char name[40];
-    fcl_status s = FCL_SUCCESS;
-    *fits = 1;
-    for (int i = 0; i < FCL_MMA_KINDS && s == FCL_SUCCESS && *fits; i++) {
-        snprintf(name, sizeof name, "attention_mma_d%zu_%s", dim, fcl_mma_kind_names[i]);
-        if (fcl_plan_mma_built(b, i, 0))
-            s = create_nv_kernel(ctx, program, name, &ctx->attention_mma[b][i],
-                                 fcl_plan_mma_shape(b, i, 0).warps * 32, fits, because, cap);
-        snprintf(name, sizeof name, "attention_mma_rows_d%zu_%s", dim, fcl_mma_kind_names[i]);
-        if (s == FCL_SUCCESS && *fits && fcl_plan_mma_built(b, i, 1))
-            s = create_nv_kernel(ctx, program, name, &ctx->attention_mma_rows[b][i],
-                                 fcl_plan_mma_shape(b, i, 1).warps * 32, fits, because, cap);
-    }
-    for (int v = 0; v < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && *fits; v++) {
-        snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim,
-                 fcl_attention_variant_suffix(v));
-        if (decode_built_for(v))
-            s = create_nv_kernel(ctx, program, name, &ctx->attention_decode_nv[b][v], FA_DNV_LWS,
-                                 fits, because, cap);
-    }
-    return s;
-}
-
-/* Builds bucket b's NVIDIA program and kernels: mma_bucket_state[b] becomes 1, or -1 where
- * they do not build or fit (the reason, naming the bucket, in info.attention_mma_because;
- * the portable kernels serve that bucket). Only running out of host memory fails, leaving
- * the bucket to be tried again. */
-static fcl_status build_mma_bucket(fcl_context *ctx, int b)
-{
-    char *because = ctx->info.attention_mma_because;
-    const size_t cap = sizeof ctx->info.attention_mma_because;
-    char why[160] = "";
-    int fits = 0;
-    fcl_status s = load_or_build(ctx, mma_source(NV_PART_BUCKET(b)), &ctx->build,
-                                 &ctx->mma_bucket_program[b], NULL);
-    if (s == FCL_SUCCESS)
-        s = create_mma_bucket_kernels(ctx, b, &fits, why, sizeof why);
     if (s == FCL_SUCCESS && fits) {
-        ctx->mma_bucket_state[b] = 1;
-        return FCL_SUCCESS;
-    }
-    release_mma_bucket(ctx, b);
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        u->state = 1;
         return s;
-    if (s != FCL_SUCCESS) {
-        snprintf(why, sizeof why, "its kernels did not build: %.100s", fcl_context_last_error(ctx));
-        fcl_clear_error(ctx);
     }
-    snprintf(because, cap, "head dims up to %zu run the portable kernels: %s",
-             fcl_attention_bucket_dim(b), why);
-    ctx->mma_bucket_state[b] = -1;
+    release_nv_softmax(ctx);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
+        release_unit(u);
+        return s;
+    }
+    nv_unit_failed(ctx, u, s, "softmax", why);
+    ctx->info.softmax_nv_cols = 0;
     return FCL_SUCCESS;
 }
 
-fcl_status fcl_build_mma_bucket(fcl_context *ctx, int bucket, int *usable)
+/* Bucket b's tensor-core kernels of one kind (prefill, and the GQA build where there is
+ * one); state -1 where they do not build or fit. */
+static fcl_status build_mma(fcl_context *ctx, int b, int kind)
 {
+    fcl_unit *u = &ctx->mma_unit[b][kind];
+    nv_parts p = {0};
+    p.mma[b] = 1u << kind;
+    char name[40], why[160] = "", what[48];
+    int fits = 1;
+    const size_t dim = fcl_attention_bucket_dim(b);
+    fcl_status s = build_unit(ctx, u, mma_source(&p));
+    for (int rows = 0; rows <= 1 && s == FCL_SUCCESS && fits; rows++) {
+        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s", rows ? "_rows" : "", dim,
+                 fcl_mma_kind_names[kind]);
+        if (fcl_plan_mma_built(b, kind, rows))
+            s = create_nv_kernel(ctx, u->program, name,
+                                 rows ? &ctx->attention_mma_rows[b][kind] : &ctx->attention_mma[b][kind],
+                                 fcl_plan_mma_shape(b, kind, rows).warps * 32, &fits, why,
+                                 sizeof why);
+    }
+    if (s == FCL_SUCCESS && fits) {
+        u->state = 1;
+        return s;
+    }
+    release_kernel(&ctx->attention_mma[b][kind]);
+    release_kernel(&ctx->attention_mma_rows[b][kind]);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
+        release_unit(u);
+        return s;
+    }
+    snprintf(what, sizeof what, "%s attention at head dims up to %zu", fcl_mma_kind_names[kind], dim);
+    nv_unit_failed(ctx, u, s, what, why);
+    return FCL_SUCCESS;
+}
+
+/* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
+static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
+{
+    fcl_unit *u = &ctx->decode_nv_unit[b][v];
+    cl_kernel *k = &ctx->attention_decode_nv[b][v];
+    nv_parts p = {0};
+    p.decode[b] = 1u << v;
+    char name[40], why[160] = "", what[48];
+    int fits = 1;
+    const size_t dim = fcl_attention_bucket_dim(b);
+    fcl_status s = build_unit(ctx, u, mma_source(&p));
+    snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
+    if (s == FCL_SUCCESS)
+        s = create_nv_kernel(ctx, u->program, name, k, FA_DNV_LWS, &fits, why, sizeof why);
+    if (s == FCL_SUCCESS && fits) {
+        u->state = 1;
+        return s;
+    }
+    release_kernel(k);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
+        release_unit(u);
+        return s;
+    }
+    snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
+    nv_unit_failed(ctx, u, s, what, why);
+    return FCL_SUCCESS;
+}
+
+/* ---- a launch's kernel ---- */
+
+/* The kernel of feature set v on l's path, built where not yet tried; NULL where it does not
+ * build or fit. */
+static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, int v,
+                              cl_kernel *kernel)
+{
+    const int b = l->bucket;
     fcl_status s = FCL_SUCCESS;
-    pthread_mutex_lock(&ctx->build_lock);
-    if (!ctx->mma_bucket_state[bucket])
-        s = build_mma_bucket(ctx, bucket);
-    *usable = ctx->mma_bucket_state[bucket] == 1;
-    pthread_mutex_unlock(&ctx->build_lock);
+    *kernel = NULL;
+    switch (l->path) {
+    case FCL_ATTENTION_PATH_TILE:
+        if (!ctx->tile_unit[b][v].state)
+            s = build_tile(ctx, b, v);
+        if (ctx->tile_unit[b][v].state == 1)
+            *kernel = ctx->attention[b][FCL_ATTENTION_PATH_TILE][v];
+        break;
+    case FCL_ATTENTION_PATH_DECODE:
+        if (!decode_built_for(v))
+            break;
+        if (!ctx->decode_unit[b][v].state)
+            s = build_decode(ctx, b, v);
+        if (ctx->decode_unit[b][v].state == 1)
+            *kernel = l->heads_step > 1 ? ctx->attention_decode_groups[b][v]
+                                        : ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v];
+        break;
+    case FCL_ATTENTION_PATH_ROWS:
+        if (v != FCL_ATTENTION_ALL)
+            break;
+        if (!ctx->rows_unit[b].state)
+            s = build_rows(ctx, b);
+        if (ctx->rows_unit[b].state == 1)
+            *kernel = ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
+        break;
+    case FCL_ATTENTION_PATH_MMA:
+        if (v != FCL_ATTENTION_ALL)
+            break;
+        if (!ctx->mma_unit[b][l->mma_kind].state)
+            s = build_mma(ctx, b, l->mma_kind);
+        if (ctx->mma_unit[b][l->mma_kind].state == 1)
+            *kernel = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[b][l->mma_kind];
+        break;
+    case FCL_ATTENTION_PATH_DECODE_NV:
+        if (!decode_built_for(v))
+            break;
+        if (!ctx->decode_nv_unit[b][v].state)
+            s = build_decode_nv(ctx, b, v);
+        if (ctx->decode_nv_unit[b][v].state == 1)
+            *kernel = ctx->attention_decode_nv[b][v];
+        break;
+    }
     return s;
+}
+
+fcl_status fcl_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l,
+                                cl_uint flags, cl_kernel *kernel)
+{
+    /* the fewest features that cover flags first (ALL covers every call) */
+    static const int order[FCL_ATTENTION_VARIANTS] = {FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES,
+                                                      FCL_ATTENTION_ALL};
+    fcl_status s = FCL_SUCCESS;
+    *kernel = NULL;
+    for (int i = 0; i < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && !*kernel; i++)
+        if (!(flags & ~(cl_uint)fcl_attention_variant_features(order[i])))
+            s = path_kernel(ctx, l, order[i], kernel);
+    return s;
+}
+
+/* ---- context creation ---- */
+
+void fcl_release_kernels(fcl_context *ctx)
+{
+    release_softmax(ctx);
+    release_nv_softmax(ctx);
+    release_unit(&ctx->softmax_nv_unit);
+    release_kernel(&ctx->attention_merge_splits);
+    release_kernel(&ctx->attention_merge_parts);
+    release_unit(&ctx->merge_unit);
+    release_unit(&ctx->mma_check_unit);
+    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
+            for (int p = 0; p < 3; p++)
+                release_kernel(&ctx->attention[b][p][v]);
+            release_kernel(&ctx->attention_decode_groups[b][v]);
+            release_unit(&ctx->tile_unit[b][v]);
+            release_unit(&ctx->decode_unit[b][v]);
+        }
+        release_unit(&ctx->rows_unit[b]);
+    }
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
+        for (int k = 0; k < FCL_MMA_KINDS; k++) {
+            release_kernel(&ctx->attention_mma[b][k]);
+            release_kernel(&ctx->attention_mma_rows[b][k]);
+            release_unit(&ctx->mma_unit[b][k]);
+        }
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
+            release_kernel(&ctx->attention_decode_nv[b][v]);
+            release_unit(&ctx->decode_nv_unit[b][v]);
+        }
+    }
 }
 
 /* The plan before the build: the tuning for the device, within what it reports. */
@@ -780,9 +1011,36 @@ char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int progr
     if (fcl_tuning_for(NULL, info, tune, &tuning) != FCL_SUCCESS)
         return NULL;
     kernel_plan plan = initial_plan(info, &tuning);
-    return program_source(&plan, program == FCL_SOURCE_ALL     ? PARTS_ALL
-                                 : program == FCL_SOURCE_FIRST ? PARTS_FIRST
-                                                               : PART_BUCKET(program));
+    parts p = all_parts(&plan);
+    if (program == FCL_SOURCE_SOFTMAX)
+        p = (parts){.softmax = 1};
+    else if (program == FCL_SOURCE_MERGE)
+        p = (parts){.merge = 1};
+    else if (program >= 0) { /* a bucket's kernels in one program */
+        const parts all = p;
+        p = (parts){0};
+        p.tile[program] = all.tile[program];
+        p.decode[program] = all.decode[program];
+        p.rows = all.rows & (1u << program);
+    } else if (program != FCL_SOURCE_ALL) {
+        return NULL;
+    }
+    return program_source(&plan, &p);
+}
+
+char *fcl_mma_kernel_source(int program)
+{
+    nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
+                  .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX};
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        if (program == FCL_SOURCE_ALL || program == b) {
+            p.mma[b] = (1u << FCL_MMA_KINDS) - 1;
+            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+                p.decode[b] |= (unsigned)decode_built_for(v) << v;
+        }
+    if (program >= FCL_MMA_BUCKETS || program == FCL_SOURCE_MERGE)
+        return NULL;
+    return mma_source(&p);
 }
 
 /* Where and how to build (ctx->build): the cache directory and the compiler options. */
@@ -806,31 +1064,6 @@ static fcl_status build_setup_for(fcl_context *ctx, const char *requested_cache_
     return FCL_SUCCESS;
 }
 
-/* The first program: the softmax kernels and the merge. Its kernels are checked against
- * what they allow: where one allows a smaller work-group than planned (register pressure),
- * the program is rebuilt with the largest that fits (each round shrinks, so the loop ends). */
-static fcl_status build_first_program(fcl_context *ctx)
-{
-    kernel_plan *plan = &ctx->build.plan;
-    for (;;) {
-        fcl_status s = load_or_build(ctx, program_source(plan, PARTS_FIRST), &ctx->build,
-                                     &ctx->program, &ctx->info.program_from_cache);
-        if (s == FCL_SUCCESS)
-            s = create_softmax_kernels(ctx, plan);
-        if (s == FCL_SUCCESS)
-            s = create_merge_kernels(ctx);
-        if (s != FCL_SUCCESS) {
-            release_first(ctx);
-            return s;
-        }
-        size_t fitting = fcl_plan_work_group_size(&ctx->info, plan->work_group_size);
-        if (fitting == plan->work_group_size)
-            return FCL_SUCCESS;
-        plan->work_group_size = fitting;
-        release_first(ctx);
-    }
-}
-
 fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
 {
     fcl_status s = build_setup_for(ctx, requested_cache_dir);
@@ -843,10 +1076,8 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     snprintf(ctx->info.tuning, sizeof ctx->info.tuning, "%s", tuning.source);
     kernel_plan *plan = &ctx->build.plan;
     *plan = initial_plan(&ctx->info, &tuning);
-    memcpy(ctx->info.attention_tiles, plan->tile, sizeof plan->tile); /* until each is built */
-    s = build_first_program(ctx);
-    if (s != FCL_SUCCESS)
-        return s;
+    /* The plan; the fields that depend on compiled kernels change where those say so. */
+    memcpy(ctx->info.attention_tiles, plan->tile, sizeof plan->tile);
     ctx->info.softmax_work_group_size = plan->work_group_size;
     ctx->info.softmax_vector_width = plan->vector_width;
     ctx->info.softmax_rows_per_item = tuning.softmax_rows;
@@ -855,42 +1086,8 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
     ctx->info.softmax_block_cols = plan->work_group_size * plan->block_items;
     ctx->info.attention_rows_per_item = tuning.attention_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
-    s = build_mma_kernels(ctx, &ctx->build, &tuning);
+    s = build_mma_check(ctx, &tuning);
     if (s != FCL_SUCCESS)
         fcl_release_kernels(ctx);
-    return s;
-}
-
-/* Builds bucket b's program and creates its kernels; a kernel that does not fit the device
- * (create_tile_kernels) makes a rebuild with the tile the planner refits (each round
- * shrinks, so the loop ends). */
-static fcl_status build_bucket(fcl_context *ctx, int b)
-{
-    kernel_plan *plan = &ctx->build.plan;
-    int from_cache = 0;
-    for (;;) {
-        int rebuild = 0;
-        fcl_status s = load_or_build(ctx, program_source(plan, PART_BUCKET(b)), &ctx->build,
-                                     &ctx->attention_program[b], &from_cache);
-        if (s == FCL_SUCCESS)
-            s = create_bucket_kernels(ctx, plan, b, &rebuild);
-        if (s != FCL_SUCCESS) {
-            release_bucket(ctx, b);
-            return s;
-        }
-        if (!rebuild)
-            break;
-        release_bucket(ctx, b);
-    }
-    ctx->info.attention_tiles[b] = plan->tile[b];
-    ctx->info.program_from_cache = ctx->info.program_from_cache && from_cache;
-    return FCL_SUCCESS;
-}
-
-fcl_status fcl_build_attention_bucket(fcl_context *ctx, int bucket)
-{
-    pthread_mutex_lock(&ctx->build_lock);
-    fcl_status s = ctx->attention_program[bucket] ? FCL_SUCCESS : build_bucket(ctx, bucket);
-    pthread_mutex_unlock(&ctx->build_lock);
     return s;
 }

@@ -124,7 +124,7 @@ static fcl_status check_features(fcl_context *ctx, const softmax_shape *sh, int 
     return FCL_SUCCESS;
 }
 
-static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_launch *launch)
+static fcl_status plan_built(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_launch *launch)
 {
     if (fcl_plan_softmax(&ctx->info, &sh->d, launch) == FCL_SUCCESS)
         return FCL_SUCCESS;
@@ -147,6 +147,18 @@ static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_la
                     sh->d.algo == FCL_SOFTMAX_AUTO || sh->d.algo == FCL_SOFTMAX_SPLIT
                         ? ", even in " FCL_STR(FCL_SPLIT_MAX_SLICES) " slices"
                         : "; FCL_SOFTMAX_AUTO and FCL_SOFTMAX_SPLIT serve them");
+}
+
+/* The launch for sh, after the softmax kernels' build on their first use (under
+ * ctx->build_lock, as the plan fields it writes). */
+static fcl_status plan(fcl_context *ctx, const softmax_shape *sh, fcl_softmax_launch *launch)
+{
+    pthread_mutex_lock(&ctx->build_lock);
+    fcl_status s = fcl_build_softmax(ctx);
+    if (s == FCL_SUCCESS)
+        s = plan_built(ctx, sh, launch);
+    pthread_mutex_unlock(&ctx->build_lock);
+    return s;
 }
 
 fcl_status fcl_softmax_plan(fcl_context *ctx, const fcl_softmax_desc *d, fcl_softmax_algo *algo)

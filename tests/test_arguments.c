@@ -311,13 +311,15 @@ static void test_validation_precedes_planning(void **state)
 {
     (void)state;
     const fcl_attention_desc ok = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
-    /* The bucket's portable kernels, built before the description is kept. */
-    assert_int_equal(fcl_build_attention_bucket(support_ctx, fcl_attention_bucket(8, 8)),
-                     FCL_SUCCESS);
-    const fcl_device_info kept = support_ctx->info;
-    memset(support_ctx->info.attention_tiles, 0, sizeof support_ctx->info.attention_tiles);
-    support_ctx->info.softmax_vector_width = 0;
-    support_ctx->info.attention_mma = 0; /* nor NVIDIA's kernels */
+    /* Only the fields changed are put back: the context's kernel builds write others. */
+    fcl_device_info *info = &support_ctx->info;
+    struct fcl_attention_tile tiles[sizeof info->attention_tiles / sizeof info->attention_tiles[0]];
+    memcpy(tiles, info->attention_tiles, sizeof tiles);
+    const size_t vector_width = info->softmax_vector_width;
+    const int mma = info->attention_mma;
+    memset(info->attention_tiles, 0, sizeof info->attention_tiles);
+    info->softmax_vector_width = 0;
+    info->attention_mma = 0; /* nor NVIDIA's kernels */
     unsigned char m[4] = {1, 1, 1, 1};
     fcl_attention_desc d = ok;
     d.mask_type = FCL_MASK_BOOL_U8, d.mask_stride_q = 1;
@@ -328,7 +330,9 @@ static void test_validation_precedes_planning(void **state)
     const fcl_status bad_null = fcl_attention_host(support_ctx, &d, in, NULL, in, NULL, out, lse);
     const char *null_msg = strstr(fcl_context_last_error(support_ctx), "k is NULL");
     const fcl_status good = fcl_attention_host(support_ctx, &d, in, in, in, NULL, out, lse);
-    support_ctx->info = kept;
+    memcpy(info->attention_tiles, tiles, sizeof tiles);
+    info->softmax_vector_width = vector_width;
+    info->attention_mma = mma;
     assert_int_equal(bad, FCL_ERROR_INVALID_ARGUMENT);
     assert_non_null(bad_msg);
     assert_int_equal(bad_null, FCL_ERROR_INVALID_ARGUMENT);
@@ -352,7 +356,7 @@ static void test_loop_cap_is_planned_around(void **state)
     assert_true(x && y);
     for (size_t i = 0; i < rows * cols; i++)
         x[i] = (float)(i % 7) * 0.5f;
-    const fcl_device_info kept = support_ctx->info;
+    const cl_uint cap = support_ctx->info.loop_iteration_cap; /* only it is put back */
     support_ctx->info.loop_iteration_cap = 2000;
     fcl_softmax_desc d = {.rows = rows, .cols = cols, .algo = FCL_SOFTMAX_ONLINE};
     const fcl_status forced = fcl_softmax_host(support_ctx, &d, x, NULL, y, NULL);
@@ -361,7 +365,7 @@ static void test_loop_cap_is_planned_around(void **state)
     d.algo = FCL_SOFTMAX_AUTO;
     const fcl_status auto_plan = fcl_softmax_plan(support_ctx, &d, &planned);
     const fcl_status auto_run = fcl_softmax_host(support_ctx, &d, x, NULL, y, NULL);
-    support_ctx->info = kept;
+    support_ctx->info.loop_iteration_cap = cap;
     assert_int_equal(forced, FCL_ERROR_UNSUPPORTED);
     assert_non_null(forced_msg);
     assert_int_equal(auto_plan, FCL_SUCCESS);

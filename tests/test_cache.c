@@ -11,7 +11,7 @@
 static char cache_dir[256];
 
 /* Creates a context on cache_dir (or dir), checks it computes softmax correctly, and
- * returns whether its kernels came from the cache. */
+ * returns whether its kernels (softmax's, built on that first call) came from the cache. */
 static int create_and_check(const char *dir)
 {
     fcl_context_options opts = {.cache_dir = dir};
@@ -19,14 +19,14 @@ static int create_and_check(const char *dir)
     fcl_status s = fcl_context_create(&opts, &ctx);
     if (s != FCL_SUCCESS)
         fail_msg("context: %s: %s", fcl_status_string(s), fcl_context_last_error(NULL));
-    fcl_device_info info;
-    assert_int_equal(fcl_context_device_info(ctx, &info), FCL_SUCCESS);
     /* A small softmax through the loaded program proves the binary works. */
     const float in[4] = {1, 3, 5, 2};
     float out[4], lse;
     fcl_softmax_desc d = {.rows = 1, .cols = 4};
     assert_int_equal(fcl_softmax_host(ctx, &d, in, NULL, out, &lse), FCL_SUCCESS);
     assert_float_equal(lse, 5.0 + 0.18518, 1e-4); /* log(1.20344) */
+    fcl_device_info info;
+    assert_int_equal(fcl_context_device_info(ctx, &info), FCL_SUCCESS);
     fcl_context_destroy(ctx);
     return info.program_from_cache;
 }
@@ -179,29 +179,37 @@ static void test_unusable_cache_only_costs_speed(void **state)
     assert_false(create_and_check(""));
 }
 
-/* A kernel build that fails reports FCL_ERROR_BUILD_FAILED with the compiler's log, and
- * its options are part of the cache key (the broken build is never served from it). */
+/* A kernel build that fails (kernels are built on their first call) makes that call report
+ * FCL_ERROR_BUILD_FAILED with the compiler's log, and the next call tries again; the build
+ * options are part of the cache key (the broken build is never served from it). */
 static void test_build_failure_reports_log(void **state)
 {
     (void)state;
     fcl_context_options opts = {.cache_dir = cache_dir};
     fcl_context *ctx = NULL;
     int usable = cache_usable();
+    const float in[4] = {1, 3, 5, 2};
+    float out[4];
+    fcl_softmax_desc d = {.rows = 1, .cols = 4};
     create_and_check(cache_dir);
     /* A function name that becomes a number: a syntax error for any compiler. */
     setenv("FLASHCL_BUILD_OPTIONS", "-Dfcl_stat_merge=12345", 1);
     fcl_status s = fcl_context_create(&opts, &ctx);
     unsetenv("FLASHCL_BUILD_OPTIONS");
-    assert_int_equal(s, FCL_ERROR_BUILD_FAILED);
-    assert_null(ctx);
-    const char *msg = fcl_context_last_error(NULL);
-    assert_non_null(strstr(msg, "build log"));
-    assert_non_null(strstr(msg, "error"));
+    assert_int_equal(s, FCL_SUCCESS);
+    for (int call = 0; call < 2; call++) {
+        assert_int_equal(fcl_softmax_host(ctx, &d, in, NULL, out, NULL), FCL_ERROR_BUILD_FAILED);
+        const char *msg = fcl_context_last_error(ctx);
+        assert_non_null(strstr(msg, "build log"));
+        assert_non_null(strstr(msg, "error"));
+    }
+    fcl_context_destroy(ctx);
     assert_int_equal(create_and_check(cache_dir), usable); /* the good binary is still cached */
 }
 
-/* A head-dim bucket's attention kernels are a program of their own, built on the bucket's
- * first use: cold, a second file in the cache; warm, loaded from it, giving the same result. */
+/* Kernels are built on their first call: creating a context stores nothing; cold, the first
+ * attention call stores its kernels' programs; warm, it loads them and gives the same
+ * result. */
 static void test_bucket_program_is_cached(void **state)
 {
     (void)state;
@@ -211,26 +219,27 @@ static void test_bucket_program_is_cached(void **state)
     const fcl_attention_desc d = {.batch = 1, .heads_q = 1, .len_q = 2, .len_kv = 2, .head_dim = 8};
     float out[2][2 * 8];
     fcl_context_options opts = {.cache_dir = cache_dir};
+    int stored = 0;
     for (int warm = 0; warm < 2; warm++) {
         fcl_context *ctx = NULL;
         fcl_device_info info;
         assert_int_equal(fcl_context_create(&opts, &ctx), FCL_SUCCESS);
-        assert_int_equal(count_cache_files(path, sizeof path), (1 + warm) * usable);
+        assert_int_equal(count_cache_files(path, sizeof path), stored);
         assert_int_equal(fcl_attention_host(ctx, &d, q, q, q, NULL, out[warm], NULL), FCL_SUCCESS);
         fcl_context_device_info(ctx, &info);
         fcl_context_destroy(ctx);
-        assert_int_equal(count_cache_files(path, sizeof path), 2 * usable);
+        if (!warm)
+            stored = count_cache_files(path, sizeof path);
+        assert_int_equal(stored > 0, usable);
+        assert_int_equal(count_cache_files(path, sizeof path), stored);
         assert_int_equal(info.program_from_cache, warm && usable);
-        assert_int_not_equal(info.attention_tiles[0].block_q ? info.attention_tiles[0].local_mem_size
-                                                             : 1,
-                             0); /* the tile as built */
     }
     assert_memory_equal(out[0], out[1], sizeof out[0]);
 }
 
-/* The tensor-core program (NVIDIA, compute capability 8.0 and later) is a second program in
- * the cache, beside the one the tests above check: stored cold, and loaded warm, where its
- * self-check passes again. (The tests above turn it off, so that one program is cached.) */
+/* NVIDIA's self-check (compute capability 8.0 and later), the one program a context builds
+ * when it is made: stored cold, and loaded warm, where it passes again. (The tests above turn
+ * NVIDIA's kernels off, so that only the kernels they call are cached.) */
 static void test_tensor_core_program_is_cached(void **state)
 {
     (void)state;
@@ -243,9 +252,10 @@ static void test_tensor_core_program_is_cached(void **state)
         assert_int_equal(fcl_context_create(&opts, &ctx), FCL_SUCCESS);
         fcl_context_device_info(ctx, &info);
         fcl_context_destroy(ctx);
-        assert_int_equal(info.program_from_cache, warm && info.program_cache_usable);
+        assert_int_equal(info.program_from_cache,
+                         warm && info.program_cache_usable && info.attention_mma);
         assert_int_equal(count_cache_files(path, sizeof path),
-                         info.program_cache_usable ? 1 + info.attention_mma : 0);
+                         info.program_cache_usable && info.attention_mma);
     }
     if (info.nv_compute_capability >= 80)
         assert_true(info.attention_mma);

@@ -333,9 +333,12 @@ static int same_plan(const fcl_device_info *a, const fcl_device_info *b)
                a->softmax_block_cols == b->softmax_block_cols &&
                a->max_alloc_size == b->max_alloc_size && a->has_fp16 == b->has_fp16 &&
                strcmp(a->name, b->name) == 0;
-    for (int t = 0; t < 3; t++)
-        same = same && memcmp(&a->attention_tiles[t], &b->attention_tiles[t],
-                              sizeof a->attention_tiles[t]) == 0;
+    for (int t = 0; t < 3; t++) {
+        const struct fcl_attention_tile *x = &a->attention_tiles[t], *y = &b->attention_tiles[t];
+        same = same && x->block_q == y->block_q && x->block_kv == y->block_kv &&
+               x->work_group_size == y->work_group_size && x->rows_block_q == y->rows_block_q &&
+               x->decode_block_kv == y->decode_block_kv; /* local_mem_size: once built */
+    }
     return same;
 }
 
@@ -357,6 +360,9 @@ static int close_to(const float *got, const float *want, size_t n)
 static void check_context_works(fcl_context *ctx, long n)
 {
     fcl_device_info info;
+    fcl_softmax_algo algo;
+    const fcl_softmax_desc any = {.rows = 1, .cols = 1}; /* builds softmax, as support_setup */
+    assert_int_equal(fcl_softmax_plan(ctx, &any, &algo), FCL_SUCCESS);
     fcl_context_device_info(ctx, &info);
     if (!same_plan(&info, &support_info))
         fail_msg("context made while call %ld (%s) failed planned differently", n, fault_call);
@@ -410,27 +416,29 @@ static void test_creation_failures(void **state)
     }
 }
 
-/* Whether ctx runs the case on another path than the shared context: where a failure cost a
- * bucket NVIDIA's kernels (their own program: the portable kernels serve it). */
-static int runs_elsewhere(fcl_context *ctx, const fcl_attention_desc *d)
+/* Whether ctx runs case c on another path than the shared context: where a failure cost it
+ * NVIDIA's kernels for the call (their own programs: the portable kernels serve). */
+static int runs_elsewhere(fcl_context *ctx, const call_case *c)
 {
+    if (!c->attention) {
+        fcl_device_info here, shared;
+        fcl_context_device_info(ctx, &here);
+        fcl_context_device_info(support_ctx, &shared);
+        return here.softmax_nv_cols != shared.softmax_nv_cols;
+    }
     fcl_attention_plan_info here, shared;
-    assert_int_equal(fcl_attention_plan(ctx, d, &here), FCL_SUCCESS);
-    assert_int_equal(fcl_attention_plan(support_ctx, d, &shared), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_plan(ctx, &c->att, &here), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_plan(support_ctx, &c->att, &shared), FCL_SUCCESS);
     return here.path != shared.path;
 }
 
-/* Each OpenCL call of a fresh context's first attention call, which builds the kernels of its
- * head-dim bucket, made to fail in turn: the context then works (a half-built bucket would
- * not: the same call gives the shared context's result bit for bit, or where the failure cost
- * the bucket NVIDIA's kernels, within float32 rounding of it, saying why), and once destroyed
- * leaves no OpenCL object alive. */
-static void test_first_call_failures(void **state)
+/* Each OpenCL call of a fresh context's first call of case c, which builds the kernels it
+ * runs, made to fail in turn: the context then works (a half-built program would not: the
+ * same call gives the shared context's result bit for bit, or where the failure cost the call
+ * NVIDIA's kernels, within float32 rounding of it, saying why), and once destroyed leaves no
+ * OpenCL object alive. */
+static void check_first_call_failures(size_t c)
 {
-    (void)state;
-    size_t c = 0;
-    while (!cases[c].attention) /* the first attention case */
-        c++;
     const call_case *cc = &cases[c];
     const size_t count = result_floats(cc);
     const long live = faults_live_objects();
@@ -446,27 +454,37 @@ static void test_first_call_failures(void **state)
             fcl_context_destroy(ctx);
             break;
         }
-        const int fell_back = runs_elsewhere(ctx, &cc->att);
+        const int fell_back = s == FCL_SUCCESS && runs_elsewhere(ctx, cc);
         fcl_device_info info;
         fcl_context_device_info(ctx, &info);
-        if (fell_back && (!info.attention_mma_because[0] || s != FCL_SUCCESS ||
-                          !close_to(result, baseline[c], count)))
-            fail_msg("first attention call: call %ld (%s) failed: the portable kernels took the "
-                     "call, %s", n, fault_call, s != FCL_SUCCESS ? fcl_status_string(s)
-                     : info.attention_mma_because[0] ? "with another result" : "saying not why");
+        if (fell_back && (!info.attention_mma_because[0] || !close_to(result, baseline[c], count)))
+            fail_msg("%s, first call: call %ld (%s) failed: the portable kernels took the call, %s",
+                     cc->name, n, fault_call,
+                     info.attention_mma_because[0] ? "with another result" : "saying not why");
         if (!fell_back)
-            check_outcome("first attention call", n, s, fcl_context_last_error(ctx), result,
-                          baseline[c], count);
-        check_inputs_unchanged("first attention call", n);
+            check_outcome(cc->name, n, s, fcl_context_last_error(ctx), result, baseline[c], count);
+        check_inputs_unchanged(cc->name, n);
         s = run_case(ctx, cc, result);
         if (s != FCL_SUCCESS || (fell_back ? !close_to(result, baseline[c], count)
                                            : memcmp(result, baseline[c], count * sizeof(float)) != 0))
-            fail_msg("first attention call: after call %ld failed, the context no longer works: %s",
-                     n, fcl_context_last_error(ctx));
+            fail_msg("%s, first call: after call %ld failed, the context no longer works: %s",
+                     cc->name, n, fcl_context_last_error(ctx));
         fcl_context_destroy(ctx);
-        check_released("first attention call", n, live);
+        check_released(cc->name, n, live);
     }
-    printf("# first attention call: each of its %ld OpenCL calls failed in turn\n", n - 1);
+    printf("# %s, a fresh context's first call: each of its %ld OpenCL calls failed in turn\n",
+           cc->name, n - 1);
+}
+
+/* The first softmax case and the first attention case. */
+static void test_first_call_failures(void **state)
+{
+    (void)state;
+    size_t c = 0;
+    check_first_call_failures(0);
+    while (!cases[c].attention)
+        c++;
+    check_first_call_failures(c);
 }
 
 int main(void)

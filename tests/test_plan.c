@@ -281,10 +281,6 @@ static void fill_attention_tiles(fcl_device_info *i)
     assert_int_equal(fcl_tuning_for(NULL, i, NULL, &t), FCL_SUCCESS);
     t.attention_rows = i->attention_rows_per_item; /* as the test injects it */
     fcl_plan_attention_tiles(i, &t, i->attention_tiles);
-    const size_t limit = fcl_plan_work_group_size(i, i->max_work_group_size);
-    for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) /* what the built decode kernels add */
-        i->attention_tiles[b].decode_block_kv =
-            i->attention_tiles[b].block_q && limit >= FA_DEC_LWS ? FA_DEC_KEYS : 0;
 }
 
 static void test_attention_tiles(void **state)

@@ -241,8 +241,9 @@ static int probe(const char *spec, int json, int first)
                 fcl_context_last_error(NULL));
         return 1;
     }
-    /* Planning the examples builds their head-dim buckets' kernels, so that their tiles
-     * are shown as built. */
+    /* Planning the examples builds the kernels they run (softmax's, and the attention
+     * kernels of their head-dim buckets), so that the limits and tiles shown are as built. */
+    example_plan(ctx, 0);
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p;
         attention_example_plan(ctx, e, &p);

@@ -1,8 +1,8 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
  * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA programs
- * (GPUs of compute capability 8.0 and later). Every program in one source, or one of them:
- * the context's first, or a head-dim bucket's. Internal: built from the static library,
+ * (GPUs of compute capability 8.0 and later). Every kernel in one source, or one program's
+ * (a head-dim bucket's: all its kernels, which the library builds a few at a time). Internal: built from the static library,
  * not installed. */
 #include "internal.h"
 
@@ -27,21 +27,30 @@ static const struct preset {
       .max_work_group_size = 1024, .local_mem_size = 49152, .preferred_vector_width_float = 1}},
 };
 
-/* The program named by `which` ("all", "first", or a head-dim bucket as "d64", "d128", ...;
- * NULL: all) as fcl_kernel_source's number, or FCL_SOURCE_ALL - 1 where it names none. */
+/* The program named by `which` ("all", "softmax", "merge", "check": NVIDIA's self-check, or
+ * a head-dim bucket's kernels in one program as "d64", "d128", ...; NULL: all) as
+ * fcl_kernel_source's number, or FCL_SOURCE_CHECK - 1 where it names none. */
 static int program_number(const char *which, int buckets)
 {
-    if (!which || strcmp(which, "all") == 0)
+    static const struct {
+        const char *name;
+        int number;
+    } named[] = {{"all", FCL_SOURCE_ALL},
+                 {"softmax", FCL_SOURCE_SOFTMAX},
+                 {"merge", FCL_SOURCE_MERGE},
+                 {"check", FCL_SOURCE_CHECK}};
+    if (!which)
         return FCL_SOURCE_ALL;
-    if (strcmp(which, "first") == 0)
-        return FCL_SOURCE_FIRST;
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (strcmp(which, named[i].name) == 0)
+            return named[i].number;
     for (int b = 0; b < buckets; b++) {
         char name[16];
         snprintf(name, sizeof name, "d%zu", fcl_attention_bucket_dim(b));
         if (strcmp(which, name) == 0)
             return b;
     }
-    return FCL_SOURCE_ALL - 1;
+    return FCL_SOURCE_CHECK - 1;
 }
 
 static int print_source(char *src, const char *what)
@@ -61,12 +70,12 @@ int main(int argc, char **argv)
     const char *which = argc > 2 ? argv[2] : NULL;
     if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA programs (compute capability 8.0 and later) */
         const int program = program_number(which, FCL_MMA_BUCKETS);
-        if (program >= FCL_SOURCE_ALL)
-            return print_source(fcl_mma_kernel_source(program), "tensor-core kernels");
+        if (program >= FCL_SOURCE_CHECK && program != FCL_SOURCE_MERGE)
+            return print_source(fcl_mma_kernel_source(program), "NVIDIA kernels");
     }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const int program = program_number(which, FCL_ATTENTION_BUCKETS);
-        if (strcmp(target, presets[i].name) != 0 || program < FCL_SOURCE_ALL)
+        if (strcmp(target, presets[i].name) != 0 || program < FCL_SOURCE_MERGE)
             continue;
         char what[160];
         snprintf(what, sizeof what, "kernels as planned for %s: %s", presets[i].name,
@@ -74,7 +83,8 @@ int main(int argc, char **argv)
         return print_source(fcl_kernel_source(&presets[i].info, getenv("FLASHCL_TUNE"), program),
                             what);
     }
-    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90|sm_80-mma [all|first|d64|d128|d256|d576]\n"
-                    "  (the NVIDIA programs have buckets up to d256)\n");
+    fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90 [all|softmax|merge|d64|d128|d256|d576]\n"
+                    "       flashcl-source sm_80-mma [all|check|softmax|d64|d128|d256]\n"
+                    "  one program (a bucket's: every kernel of the bucket), or all in one source\n");
     return 2;
 }
