@@ -758,18 +758,27 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     return FCL_SUCCESS;
 }
 
-/* Why an NVIDIA unit is not used: the reason, in info.attention_mma_because; the failure
- * recorded on ctx is forgotten (the portable kernels serve). */
-static void nv_unit_failed(fcl_context *ctx, fcl_unit *u, fcl_status s, const char *what,
-                           const char *why)
+/* The end of an NVIDIA unit's build (where it failed, the caller has released its kernels):
+ * built; or, out of host memory, that failure (the unit is tried again on its next use); or
+ * not used (state -1), the reason (what runs the portable kernels, why) in
+ * info.attention_mma_because and the failure recorded on ctx forgotten. */
+static fcl_status finish_nv_unit(fcl_context *ctx, fcl_unit *u, fcl_status s, int fits,
+                                 const char *what, const char *why)
 {
+    if (s == FCL_SUCCESS && fits) {
+        u->state = 1;
+        return s;
+    }
+    release_unit(u);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        return s;
     if (s != FCL_SUCCESS)
         why = fcl_context_last_error(ctx);
     snprintf(ctx->info.attention_mma_because, sizeof ctx->info.attention_mma_because,
              "%.48s runs the portable kernels: %.80s", what, why);
     fcl_clear_error(ctx);
-    release_unit(u);
     u->state = -1;
+    return FCL_SUCCESS;
 }
 
 static void release_nv_softmax(fcl_context *ctx)
@@ -811,18 +820,12 @@ static fcl_status build_nv_softmax(fcl_context *ctx)
             s = create_nv_kernel(ctx, u->program, name, &ctx->softmax_nv_stream[dt][streaming[i]],
                                  SM_NV_LWS, &fits, why, sizeof why);
         }
-    if (s == FCL_SUCCESS && fits) {
-        u->state = 1;
-        return s;
-    }
-    release_nv_softmax(ctx);
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
-        release_unit(u);
-        return s;
-    }
-    nv_unit_failed(ctx, u, s, "softmax", why);
-    ctx->info.softmax_nv_cols = 0;
-    return FCL_SUCCESS;
+    if (s != FCL_SUCCESS || !fits)
+        release_nv_softmax(ctx);
+    s = finish_nv_unit(ctx, u, s, fits, "softmax", why);
+    if (u->state < 0)
+        ctx->info.softmax_nv_cols = 0;
+    return s;
 }
 
 /* Bucket b's tensor-core kernels of one kind (prefill, and the GQA build where there is
@@ -845,19 +848,12 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind)
                                  fcl_plan_mma_shape(b, kind, rows).warps * 32, &fits, why,
                                  sizeof why);
     }
-    if (s == FCL_SUCCESS && fits) {
-        u->state = 1;
-        return s;
-    }
-    release_kernel(&ctx->attention_mma[b][kind]);
-    release_kernel(&ctx->attention_mma_rows[b][kind]);
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
-        release_unit(u);
-        return s;
+    if (s != FCL_SUCCESS || !fits) {
+        release_kernel(&ctx->attention_mma[b][kind]);
+        release_kernel(&ctx->attention_mma_rows[b][kind]);
     }
     snprintf(what, sizeof what, "%s attention at head dims up to %zu", fcl_mma_kind_names[kind], dim);
-    nv_unit_failed(ctx, u, s, what, why);
-    return FCL_SUCCESS;
+    return finish_nv_unit(ctx, u, s, fits, what, why);
 }
 
 /* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
@@ -874,18 +870,10 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
     snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
     if (s == FCL_SUCCESS)
         s = create_nv_kernel(ctx, u->program, name, k, FA_DNV_LWS, &fits, why, sizeof why);
-    if (s == FCL_SUCCESS && fits) {
-        u->state = 1;
-        return s;
-    }
-    release_kernel(k);
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY) {
-        release_unit(u);
-        return s;
-    }
+    if (s != FCL_SUCCESS || !fits)
+        release_kernel(k);
     snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
-    nv_unit_failed(ctx, u, s, what, why);
-    return FCL_SUCCESS;
+    return finish_nv_unit(ctx, u, s, fits, what, why);
 }
 
 /* ---- a launch's kernel ---- */
