@@ -65,7 +65,7 @@ typedef struct fcl_kernel_plan {
     struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
 } fcl_kernel_plan;
 
-/* Where and how a context builds its programs, kept for the buckets built on first use. */
+/* Where and how a context builds its programs, kept for the kernels built on first use. */
 typedef struct fcl_build_setup {
     int use_cache;        /* 0: the on-disk cache is off or unusable */
     char cache_dir[4096];
@@ -108,8 +108,8 @@ struct fcl_context {
     fcl_unit decode_nv_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
-    /* ... and in the same program the NVIDIA decode kernels (cl/attention_decode_nv.cl), per
-     * bucket and feature set (no _mod build, as the portable decode kernel). */
+    /* ... the NVIDIA decode kernels (cl/attention_decode_nv.cl), per bucket and feature set
+     * (no _mod build, as the portable decode kernel). */
     cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     /* ... and NVIDIA's softmax (cl/softmax_nv.cl): FUSED per storage type and build
      * (fcl_plan_softmax_nv_vecs; NULL where not built), and ONLINE and SPLIT per storage type
