@@ -56,14 +56,15 @@ static fcl_status plan_portable(fcl_context *ctx, const fcl_attention_problem *p
         fcl_plan_attention_avoiding(&ctx->info, &pr->d, avoid, l);
         if (same_shape(l, &planned)) {
             l->kernel = kernel;
-            return l->splits > 1 ? fcl_build_merge(ctx) : FCL_SUCCESS;
+            return FCL_SUCCESS;
         }
     }
     return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED, "no attention kernel fits this device for "
                     "head dims (%zu, %zu)", pr->d.head_dim, pr->d.head_dim_v);
 }
 
-/* NVIDIA's launch for d where their kernels take it and build: 1 (with l->kernel), else 0. */
+/* *taken 1 where NVIDIA's planner took the call (planned, launch l) and its kernel builds
+ * (l->kernel); else 0, and the portable kernels serve. */
 static fcl_status plan_nvidia(fcl_context *ctx, int planned, const fcl_attention_problem *pr,
                               fcl_attention_launch *l, int *taken)
 {
@@ -71,16 +72,14 @@ static fcl_status plan_nvidia(fcl_context *ctx, int planned, const fcl_attention
     if (!planned)
         return FCL_SUCCESS;
     fcl_status s = fcl_attention_kernel(ctx, l, pr->params.flags, &l->kernel);
-    if (s == FCL_SUCCESS && l->kernel && l->splits > 1)
-        s = fcl_build_merge(ctx);
     *taken = s == FCL_SUCCESS && l->kernel;
     return s;
 }
 
-/* The launch for pr, and the problem the kernels run: pr, or where a GQA group decodes on the
- * tensor cores, the group's heads as rows of one kv head (fcl_attention_gqa_rows). The
- * caller holds ctx->build_lock. */
-static fcl_status plan_locked(fcl_context *ctx, const fcl_attention_problem *pr,
+/* The launch for pr with its kernel, and the problem the kernels run: pr, or where a GQA group
+ * decodes on the tensor cores, the group's heads as rows of one kv head
+ * (fcl_attention_gqa_rows). The caller holds ctx->build_lock. */
+static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
                               fcl_attention_launch *l, fcl_attention_problem *run)
 {
     int taken = 0;
@@ -104,7 +103,9 @@ static fcl_status plan(fcl_context *ctx, const fcl_attention_problem *pr, fcl_at
                        fcl_attention_problem *run)
 {
     pthread_mutex_lock(&ctx->build_lock);
-    fcl_status s = plan_locked(ctx, pr, l, run);
+    fcl_status s = plan_kernel(ctx, pr, l, run);
+    if (s == FCL_SUCCESS && l->splits > 1) /* split-KV: the merge of the splits too */
+        s = fcl_build_merge(ctx);
     pthread_mutex_unlock(&ctx->build_lock);
     return s;
 }

@@ -133,8 +133,8 @@ fcl_status fcl_context_device_info(const fcl_context *ctx, fcl_device_info *out)
     if (!ctx || !out)
         return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT,
                         "fcl_context_device_info: %s is NULL", ctx ? "out" : "ctx");
-    /* A bucket built on first use writes its tile meanwhile: copy under its lock (not a
-     * change the caller sees: the lock is not part of the context's value). */
+    /* Kernels built on first use write their plan fields meanwhile: copy under the build
+     * lock (not a change the caller sees: the lock is not part of the context's value). */
     pthread_mutex_t *build_lock = (pthread_mutex_t *)&ctx->build_lock;
     pthread_mutex_lock(build_lock);
     *out = ctx->info;

@@ -212,7 +212,8 @@ static cl_mem filled_buffer(bench *b, size_t bytes, cl_int *err)
  * is unusable switches the bench to the host clock for good. *enqueue_ms (where not NULL):
  * the median host time inside fn, the enqueue alone, each call finding the queue idle: an
  * engine queues its next work after it, so a call that waits for its own kernels there
- * leaves the device idle meanwhile. *first_ms (where not NULL) grows by the first call's host time to its end. */
+ * leaves the device idle meanwhile. *first_ms (where not NULL) grows by the first call's
+ * host time to its end. */
 typedef fcl_status (*enqueue_fn)(bench *b, const bench_case *c, cl_mem *set, cl_event *done);
 
 static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_sets,

@@ -2,8 +2,8 @@
  * see, described by a built-in capability preset, so offline compilers can check it
  * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA programs
  * (GPUs of compute capability 8.0 and later). Every kernel in one source, or one program's
- * (a head-dim bucket's: all its kernels, which the library builds a few at a time). Internal: built from the static library,
- * not installed. */
+ * (a head-dim bucket's: all its kernels, which the library builds a few at a time).
+ * Internal: built from the static library, not installed. */
 #include "internal.h"
 
 #include <stdio.h>
