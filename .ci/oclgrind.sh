@@ -4,26 +4,29 @@
 # this script. Oclgrind simulates a GPU with 32 KiB of local memory (and counts three times
 # the local memory a tile declares, so no tile of head dims 256 and 576 fits there).
 #
-# "variants" runs the kernel-variant test (tests/test_kernel_variants.c) four times, which
-# covers every kernel the planner can pick:
-#   1. the simulator as it is: softmax in registers, in local memory, online and split; the
-#      attention tiles of head dims 64 and 128 with their decode kernels, the rows kernel for
-#      256 and 576, split-KV and the merge kernels;
-#   2. 128 KiB of local memory, where tiles and decode kernels fit every head dim (576 as
-#      well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it, with the
-#      tiles that prefetch K and V (as on NVIDIA; the planner's CPU entry prefetches nothing);
-#   3. and 4. 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's llvmpipe; the
-#      prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE.
-# "suites" runs tests of the softmax and attention suites (FLASHCL_TEST_ONLY) with the
-# simulator as their device, in their small-size mode (FLASHCL_TEST_SMALL=1, which leaves out
-# rows over 65536 columns): the checks against the float64 reference with the hard cases
-# (special values, magnitudes, strides, masks, every dtype, causal, GQA and paged, varlen,
-# softcap, window, sinks, MLA, merging); the long rows and sequences run on POCL and rusticl.
+# RUN is one of eight runs, each a CTest test (oclgrind_RUN) of its own, so that CTest can
+# spread them over the cores. The kernel-variant test (tests/test_kernel_variants.c) four
+# times covers every kernel the planner can pick:
+#   simulator: the simulator as it is: softmax in registers, in local memory, online and
+#      split; the attention tiles of head dims 64 and 128 with their decode kernels, the rows
+#      kernel for 256 and 576, split-KV and the merge kernels;
+#   local128k: 128 KiB of local memory, where tiles and decode kernels fit every head dim
+#      (576 as well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it,
+#      with the tiles that prefetch K and V (as on NVIDIA; the planner's CPU entry
+#      prefetches nothing);
+#   group32, group16: 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's
+#      llvmpipe; the prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE.
+# softmax, attention, attention_v2 and clamps run tests of the softmax and attention suites
+# (FLASHCL_TEST_ONLY) with the simulator as their device, in their small-size mode
+# (FLASHCL_TEST_SMALL=1, which leaves out rows over 65536 columns and gives MLA fewer keys):
+# the checks against the float64 reference with the hard cases (special values, magnitudes,
+# strides, masks, every dtype, causal, GQA and paged, varlen, softcap, window, sinks, MLA,
+# merging); the long rows and sequences run on POCL and rusticl.
 # The test that gives the kernels bad device-side indices runs without the race check: the
 # clamped indices of overlapping sequences make work-groups write the same rows of out's
 # view, which is what clamping promises (no access outside a buffer), not a race to report.
 # Oclgrind's uninitialized-value plugin is left off: it reports float2 literals.
-# usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR variants|suites
+# usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR RUN
 set -eu
 oclgrind=$1
 tests=$2
@@ -49,25 +52,24 @@ run() { # name, program, then oclgrind options
     touch "$failed"
   fi
 }
+export FLASHCL_TEST_SMALL=1
 case $mode in
-variants)
-  run simulator test_kernel_variants
-  FLASHCL_TUNE=softmax_rows=1,attention_prefetch=1 run local128k test_kernel_variants --local-mem-size 131072
-  FLASHCL_TUNE=attention_group=32,attention_prefetch=1 run group32 test_kernel_variants --local-mem-size 131072
-  FLASHCL_TUNE=attention_group=16 run group16 test_kernel_variants --local-mem-size 131072
-  ;;
-suites)
-  export FLASHCL_TEST_SMALL=1
+simulator) run simulator test_kernel_variants ;;
+local128k) FLASHCL_TUNE=softmax_rows=1,attention_prefetch=1 run local128k test_kernel_variants --local-mem-size 131072 ;;
+group32) FLASHCL_TUNE=attention_group=32,attention_prefetch=1 run group32 test_kernel_variants --local-mem-size 131072 ;;
+group16) FLASHCL_TUNE=attention_group=16 run group16 test_kernel_variants --local-mem-size 131072 ;;
+softmax)
   FLASHCL_TEST_ONLY=test_worked_checks,test_special_values,test_magnitudes,test_mask_and_scale,test_strides_and_in_place,test_half_storage,test_sinks_special_values \
     run softmax test_softmax
-  FLASHCL_TEST_ONLY=test_causal,test_storage_types,test_nan_stays_in_its_row \
-    run attention test_attention
+  ;;
+attention) FLASHCL_TEST_ONLY=test_causal,test_storage_types,test_nan_stays_in_its_row run attention test_attention ;;
+attention_v2)
   FLASHCL_TEST_ONLY=test_paged,test_varlen,test_softcap,test_window,test_sinks,test_mla_and_head_sizes,test_combined,test_merge \
     run attention_v2 test_attention_v2
-  races= FLASHCL_TEST_ONLY=test_device_clamps_bad_indices run clamps test_attention_v2
   ;;
+clamps) races= FLASHCL_TEST_ONLY=test_device_clamps_bad_indices run clamps test_attention_v2 ;;
 *)
-  echo "usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR variants|suites" >&2
+  echo "usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR simulator|local128k|group32|group16|softmax|attention|attention_v2|clamps" >&2
   exit 2
   ;;
 esac

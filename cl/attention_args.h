@@ -79,6 +79,10 @@
 #define FA_DEC_LWS 128         /* decode kernel work-items */
 #define FA_DEC_KEYS 128        /* decode kernel: keys per chunk, one per work-item */
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
+#define FA_ROWS_LANES 16       /* rows kernel: query rows a work-item, the lanes of its vectors */
+/* ... keys a block: half the device's vector width (FCL_VEC), so that the scores' FA_ROWS_KEYS
+ * accumulators of FA_ROWS_LANES lanes fill about 8 of its registers */
+#define FA_ROWS_KEYS(vec) ((vec) > 4 ? (vec) / 2 : 2)
 #define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */
 #define FA_DNV_LWS 128         /* NVIDIA decode kernel (attention_decode_nv.cl): work-items */

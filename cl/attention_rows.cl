@@ -1,92 +1,185 @@
-/* Attention as one block of FA_RQ queries per work-item, compiled per head-dim bucket
- * (FA_NAME, FA_D, FA_RQ); needs attention_common.cl. For devices whose local memory is ordinary memory (CPU
- * drivers such as POCL run a work-group as a loop and pay for every barrier per work-item),
- * and the fallback for a bucket whose tile does not fit a device. No barrier and no local
- * memory: a work-item takes FA_RQ queries of one (batch, head, split) and walks the keys
- * FCL_VEC at a time, with the K block transposed in private memory so that the scores of
- * FCL_VEC keys are one vector, and the V block accumulated into each query's output row with
- * vector FMAs. Same arguments and results as the tile kernel (q_tiles counts blocks of FA_RQ
- * queries). */
-#define FA_RV ((FA_D + FCL_VEC - 1) / FCL_VEC) /* vectors per output row */
+/* Attention as a block of FA_ROWS_LANES query rows per work-item, compiled per head-dim
+ * bucket (FA_NAME, FA_D); needs attention_common.cl. For devices whose local memory is
+ * ordinary memory (CPU drivers such as POCL run a work-group as a loop and pay for every
+ * barrier per work-item), and the fallback for a bucket whose tile does not fit a device.
+ *
+ * A work-item's rows are the lanes of its vectors: FA_ROWS_LANES / heads_step queries from q0
+ * of each of heads_step query heads that share a kv head (GQA: their K and V are read once).
+ * Every product is a vector FMA across the rows, as in a CPU GEMM's micro-kernel:
+ * - q is held transposed (qt.v[d]: dim d of every row), loaded once a step;
+ * - a block of FA_RK keys is converted to float32 rows (kb, vb), once for all the rows;
+ * - scores: s[j] += qt.v[d] * k_j[d], FA_RK independent accumulators;
+ * - the online softmax (docs/ALGORITHMS.md, section 4) runs lane by lane: no horizontal
+ *   reduction anywhere;
+ * - o: ot.v[d] = ot.v[d] * alpha + sum_j p[j] * v_j[d], four dims at a time.
+ * FA_RK is half the device's vector width, so that the accumulators fill about 8 of its
+ * registers (AVX2: 4 keys of two registers each; AVX-512: 8 of one). No barrier and no local
+ * memory. Same arguments and results as the tile kernel (q_tiles counts blocks of
+ * FA_ROWS_LANES / heads_step queries). */
+#ifndef FA_ROWS_HELPERS /* once, before the first bucket's kernel */
+#define FA_ROWS_HELPERS
+#define rowv float16 /* FA_ROWS_LANES lanes */
+#define introwv int16
+#define FA_RK FA_ROWS_KEYS(FCL_VEC)
+
+/* The per-head view of a step's work for row r: its query head and that head's q rows. */
+FCL_INLINE fa_work fa_rows_head(const fa_params *p, const fa_work *w, uint head)
+{
+    fa_work wh = *w;
+    wh.s.h += head;
+    wh.s.q.base += head * p->q_head;
+    return wh;
+}
+
+/* The scores of a block with the modifiers of the contract's order applied: softcap and
+ * ALiBi on whole vectors (each lane's slope and position), a mask row by row, entry by entry.
+ * Hidden keys' scores are replaced afterwards. */
+FCL_INLINE void fa_rows_modify(const fa_params *p, const fa_io *io, const fa_work *w, ulong k0,
+                               uint queries, const int *lo, const int *hi, const float *slope,
+                               introwv pos, rowv *s)
+{
+    if (p->flags & FA_FLAG_SOFTCAP) {
+        #pragma unroll
+        for (uint j = 0; j < FA_RK; j++) /* fa_softcap on every lane */
+            s[j] = p->softcap - 2.0f * p->softcap / (exp2(s[j] * (2.0f * M_LOG2E_F)) + 1.0f);
+    }
+    if (p->flags & FA_FLAG_ALIBI) {
+        const rowv slopes = vload16(0, slope);
+        #pragma unroll
+        for (uint j = 0; j < FA_RK; j++) /* |p(i) - j| as fa_alibi_distance */
+            s[j] -= slopes * convert_float16(abs(pos - (introwv)(int)(k0 + j)));
+    }
+    if (!(p->flags & FA_MASKS))
+        return;
+    float sc[FA_RK][FA_ROWS_LANES];
+    for (uint j = 0; j < FA_RK; j++)
+        vstore16(s[j], 0, sc[j]);
+    for (uint r = 0; r < FA_ROWS_LANES; r++) {
+        const fa_work wh = fa_rows_head(p, w, r / queries);
+        const ulong qi = w->q0 + r % queries;
+        for (uint j = 0; j < FA_RK; j++) {
+            const long kj = (long)(k0 + j);
+            if (kj >= lo[r] && kj <= hi[r])
+                sc[j][r] = fa_masked(p, io, &wh, sc[j][r], qi, k0 + j, slope[r], 1);
+        }
+    }
+    for (uint j = 0; j < FA_RK; j++)
+        s[j] = vload16(0, sc[j]);
+}
+
+#endif
+
+/* Vectors d of the rows' dims, whose lanes are also written and read one at a time. */
+typedef union {
+    rowv v[FA_D];
+    float lane[FA_D * FA_ROWS_LANES];
+} FCL_CAT(fa_lanes, FA_NAME);
 
 __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;
-    float qs[FA_RQ][FA_D];        /* q_scale * q */
-    floatv o[FA_RQ][FA_RV];
-    float row_m[FA_RQ], row_l[FA_RQ];
-    float k_t[FA_D][FCL_VEC];     /* the K block, transposed */
-    floatv v_blk[FCL_VEC][FA_RV]; /* the V block */
-    const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
+    FCL_CAT(fa_lanes, FA_NAME) qt; /* q_scale * q, transposed: vector d holds dim d of every row */
+    FCL_CAT(fa_lanes, FA_NAME) ot; /* the rows' unnormalised outputs, transposed */
+    float kb[FA_RK][FA_D], vb[FA_RK][FA_D]; /* a block of K and V rows in float32 */
+    float row[FA_D];
+    int lo[FA_ROWS_LANES], hi[FA_ROWS_LANES]; /* each row's visible keys */
+    int at[FA_ROWS_LANES];                    /* ... and position p(i) among the keys */
+    float slope[FA_ROWS_LANES];               /* ... and ALiBi slope */
+    const uint heads = (uint)p->heads_step, queries = FA_ROWS_LANES / heads;
+    const uint dim = (uint)p->head_dim, dim_v = (uint)p->head_dim_v;
+    const uint dim_v4 = (dim_v + 3) / 4 * 4; /* V's dims to a multiple of 4, zeros past dim_v */
+    const ulong steps = (ulong)p->q_tiles * p->batch * (p->heads_q / heads) * p->splits;
 
     for (ulong g = get_global_id(0); g < steps; g += get_global_size(0)) {
-        const fa_work w = fa_locate(p, io, g, FA_RQ, 1);
-        const ulong q0 = w.q0, len_q = w.s.len_q;
-        const uint head_dim = (uint)p->head_dim, head_dim_v = (uint)p->head_dim_v;
-        for (uint i = 0; i < FA_RQ; i++) {
-            const int real = q0 + i < len_q;
-            fa_load_row(qs[i], io->q, p->dtype_q,
-                        real ? fa_row(p, io, &w.s.q, q0 + i) : 0, real ? head_dim : 0, FA_D);
-            for (uint d = 0; d < FA_D; d++)
-                qs[i][d] *= p->q_scale;
-            for (uint c = 0; c < FA_RV; c++)
-                o[i][c] = 0.0f;
-            row_m[i] = -INFINITY;
-            row_l[i] = 0.0f;
+        const fa_work w = fa_locate(p, io, g, queries, heads);
+        for (uint r = 0; r < FA_ROWS_LANES; r++) {
+            const ulong qi = w.q0 + r % queries;
+            const int real = qi < w.s.len_q;
+            const fa_work wh = fa_rows_head(p, &w, r / queries);
+            fa_load_row(row, io->q, p->dtype_q, real ? fa_row(p, io, &wh.s.q, qi) : 0,
+                        real ? dim : 0, dim);
+            for (uint d = 0; d < dim; d++)
+                qt.lane[d * FA_ROWS_LANES + r] = row[d] * p->q_scale;
+            const int2 vis = fa_visible_keys(p, &w, qi);
+            lo[r] = vis.x;
+            hi[r] = vis.y;
+            at[r] = (int)((uint)qi + (uint)w.s.pos_offset);
+            slope[r] = fa_slope(p, io, &wh.s);
         }
+        for (uint d = 0; d < dim_v4; d++)
+            ot.v[d] = 0.0f;
+        const introwv row_lo = vload16(0, lo), row_hi = vload16(0, hi), pos = vload16(0, at);
+        rowv m = -INFINITY, l = 0.0f;
 
-        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FCL_VEC) {
-            for (uint j = 0; j < FCL_VEC; j++) {
-                const int in_range = k0 + j < w.kv_end; /* keys past the end are zero */
-                float row[FA_RV * FCL_VEC];
-                fa_load_row(row, io->k, p->dtype_kv,
-                            in_range ? fa_row(p, io, &w.s.k, k0 + j) : 0,
-                            in_range ? head_dim : 0, FA_D);
-                for (uint d = 0; d < FA_D; d++)
-                    k_t[d][j] = row[d];
-                fa_load_row(row, io->v, p->dtype_kv,
-                            in_range ? fa_row(p, io, &w.s.v, k0 + j) : 0,
-                            in_range ? head_dim_v : 0, FA_RV * FCL_VEC);
-                for (uint c = 0; c < FA_RV; c++)
-                    v_blk[j][c] = FCL_VLOADN(c, row);
+        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_RK) {
+            for (uint j = 0; j < FA_RK; j++) { /* keys past the end are zero */
+                const int in_range = k0 + j < w.kv_end;
+                const fa_place at = fa_place_of(p, io, &w.s.k, in_range ? k0 + j : 0);
+                fa_load_row(kb[j], io->k, p->dtype_kv, in_range ? fa_row_at(&w.s.k, at) : 0,
+                            in_range ? dim : 0, dim);
+                fa_load_row(vb[j], io->v, p->dtype_kv, in_range ? fa_row_at(&w.s.v, at) : 0,
+                            in_range ? dim_v : 0, dim_v4);
             }
-            for (uint i = 0; i < FA_RQ && q0 + i < len_q; i++) {
-                const ulong qi = q0 + i;
-                floatv s = 0.0f;
-                for (uint d = 0; d < head_dim; d++)
-                    s = fma((floatv)qs[i][d], FCL_VLOADN(0, k_t[d]), s);
-                float sc[FCL_VEC];
-                FCL_VSTOREN(s, 0, sc);
-                const int2 vis = fa_visible_keys(p, &w, qi);
-                for (uint j = 0; j < FCL_VEC; j++)
-                    sc[j] = fa_score(p, io, &w, vis, sc[j], qi, k0 + j);
-                s = FCL_VLOADN(0, sc);
-                /* Online statistics as in the tile kernel: -inf contributes 0, NaN spreads. */
-                float m_new = fmax(row_m[i], fcl_hmax(s));
-                floatv e = select(exp(s - m_new), (floatv)0.0f, s == (floatv)(-INFINITY));
-                float alpha = m_new == -INFINITY ? 1.0f : exp(row_m[i] - m_new);
-                row_l[i] = row_l[i] * alpha + fcl_hsum(e);
-                row_m[i] = m_new;
-                float ej[FCL_VEC];
-                FCL_VSTOREN(e, 0, ej);
-                for (uint c = 0; c < FA_RV; c++) {
-                    floatv acc = o[i][c] * alpha;
-                    for (uint j = 0; j < FCL_VEC; j++)
-                        acc = fma((floatv)ej[j], v_blk[j][c], acc);
-                    o[i][c] = acc;
+            rowv s[FA_RK];
+            #pragma unroll
+            for (uint j = 0; j < FA_RK; j++)
+                s[j] = 0.0f;
+            for (uint d = 0; d < dim; d++) {
+                const rowv qd = qt.v[d];
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++)
+                    s[j] = fma(qd, (rowv)kb[j][d], s[j]);
+            }
+            if (p->flags & FA_SCORE_MODIFIERS)
+                fa_rows_modify(p, io, &w, k0, queries, lo, hi, slope, pos, s);
+            #pragma unroll
+            for (uint j = 0; j < FA_RK; j++) {
+                const introwv kj = (introwv)(int)(k0 + j);
+                s[j] = select(s[j], (rowv)(-INFINITY), kj < row_lo || kj > row_hi);
+            }
+            /* Online statistics per lane: -inf contributes 0, NaN spreads. */
+            rowv m_new = m;
+            #pragma unroll
+            for (uint j = 0; j < FA_RK; j++)
+                m_new = fmax(m_new, s[j]);
+            const rowv alpha =
+                select(exp(m - m_new), (rowv)1.0f, m_new == (rowv)(-INFINITY));
+            l *= alpha;
+            #pragma unroll
+            for (uint j = 0; j < FA_RK; j++) {
+                s[j] = select(exp(s[j] - m_new), (rowv)0.0f, s[j] == (rowv)(-INFINITY));
+                l += s[j];
+            }
+            m = m_new;
+            /* four dims at once: four chains of FMAs in flight, not one */
+            for (uint d = 0; d < dim_v4; d += 4) {
+                rowv acc[4];
+                #pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    acc[e] = ot.v[d + e] * alpha;
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++) {
+                    #pragma unroll
+                    for (uint e = 0; e < 4; e++)
+                        acc[e] = fma(s[j], (rowv)vb[j][d + e], acc[e]);
                 }
+                #pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    ot.v[d + e] = acc[e];
             }
         }
 
-        for (uint i = 0; i < FA_RQ && q0 + i < len_q; i++) {
-            float out_row[FA_RV * FCL_VEC];
-            for (uint c = 0; c < FA_RV; c++)
-                FCL_VSTOREN(o[i][c], c, out_row);
-            const fa_dest dst = fa_finish_row(p, io, &w, q0 + i, row_m[i], row_l[i], 1);
-            for (uint d = 0; d < head_dim_v; d++)
-                fa_store(p, io, dst, d, out_row[d]);
+        float row_m[FA_ROWS_LANES], row_l[FA_ROWS_LANES];
+        vstore16(m, 0, row_m);
+        vstore16(l, 0, row_l);
+        for (uint r = 0; r < FA_ROWS_LANES; r++) {
+            const ulong qi = w.q0 + r % queries;
+            if (qi >= w.s.len_q)
+                continue;
+            const fa_work wh = fa_rows_head(p, &w, r / queries);
+            const fa_dest dst = fa_finish_row(p, io, &wh, qi, row_m[r], row_l[r], 1);
+            for (uint d = 0; d < dim_v; d++)
+                fa_store(p, io, dst, d, ot.lane[d * FA_ROWS_LANES + r]);
         }
     }
 }
-
-#undef FA_RV

@@ -118,16 +118,16 @@ typedef struct fcl_device_info {
      * block_q x block_kv scores a work-group of work_group_size work-items (64, or 32 or 16
      * where the driver allows fewer). block_q 0 where no tile fits the device (rows_because
      * says which limit: local memory, work-group size or registers) or where the device
-     * prefers it: that bucket then runs a block of rows_block_q queries per work-item
-     * (FCL_ATTENTION_PATH_ROWS), which needs no local memory and groups of one.
+     * prefers it: that bucket then runs a block of rows_block_q query rows per work-item
+     * (FCL_ATTENTION_PATH_ROWS; the query heads of a GQA group share it), which needs no
+     * local memory and groups of one.
      * Kernels are built on first use (a call or fcl_attention_plan): until a bucket's first
      * tile kernel is, its entry is the plan, with local_mem_size 0; after, what that kernel
      * fits (a smaller tile where it did not). A call whose feature set's tile kernel does not
      * fit that tile runs the rows kernel; one whose decode kernel does not fit, the tile. */
     struct fcl_attention_tile {
         size_t max_head_dim, block_q, block_kv, work_group_size;
-        size_t rows_block_q;     /* the rows kernel's queries per work-item (16; fewer under
-                                    a loop cap) */
+        size_t rows_block_q;     /* the rows kernel's query rows per work-item (16) */
         cl_ulong local_mem_size; /* what the compiled kernel uses */
         /* len_q up to 4 (decoding): one query per work-group, decode_block_kv keys per
          * step; 0 where that kernel is not built (CPUs: the query blocks above serve). */

@@ -318,9 +318,6 @@ int fcl_attention_bucket(size_t head_dim, size_t head_dim_v);
 void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv);
 /* The candidate index of a tile shape; -1 when it is none. */
 int fcl_attention_tile_candidate(size_t block_q, size_t block_kv);
-/* FA_RQ, the rows kernel's queries per work-item for a bucket: fewer than 16 only where a
- * loop cap needs it. */
-size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vector_width);
 /* FA_TQ, the work-item rows of a tile work-group of work_group_size (0: no such group). */
 size_t fcl_attention_tile_items_q(size_t work_group_size);
 /* Plans one bucket's tile kernel into *tile (max_head_dim, block_q, block_kv,

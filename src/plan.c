@@ -624,18 +624,18 @@ void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tun
             memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
             tile->max_head_dim = fcl_attention_bucket_dim(b);
         }
-        tile->rows_block_q = fcl_plan_rows_block_q(info, b, tuning->vector_width);
+        tile->rows_block_q = FA_ROWS_LANES;
         /* decoding beside the tiles, where its work-groups fit (its kernels, built on first
          * use, may still not: then the tile serves) */
         tile->decode_block_kv = tile->block_q && device_limit >= FA_DEC_LWS ? FA_DEC_KEYS : 0;
     }
 }
 
-/* Query heads of one kv head a decode work-group takes together, so that it reads their K
- * and V once: the most, up to FA_DEC_HEADS, that divide the GQA group. */
-static size_t decode_heads_step(const fcl_attention_desc *d)
+/* Query heads of one kv head a work-item or work-group takes together, so that it reads
+ * their K and V once: the most, up to most (a power of two), that divide the GQA group. */
+static size_t shared_heads_step(const fcl_attention_desc *d, size_t most)
 {
-    size_t group = d->heads_kv ? d->heads_q / d->heads_kv : 1, step = FA_DEC_HEADS;
+    size_t group = d->heads_kv ? d->heads_q / d->heads_kv : 1, step = most;
     while (group % step)
         step /= 2;
     return step;
@@ -697,13 +697,18 @@ static loop_cost tile_loop_cost(size_t dim, size_t bq, size_t bk, size_t group)
     return c;
 }
 
-static loop_cost rows_loop_cost(size_t dim, size_t vec, size_t rq)
+/* The rows kernel on a device of vector width vec: a step loads and transposes each of its
+ * FA_ROWS_LANES rows' q, clears o and writes each row out; a block of FA_ROWS_KEYS(vec) keys
+ * loads their K and V rows, and its scores (dim x keys), modifiers (lanes x keys),
+ * statistics and o (dim / 4 x 4 dims x keys) pass over the block. */
+static loop_cost rows_loop_cost(size_t dim, size_t vec)
 {
-    const size_t rv = ceil_div(dim, vec);
+    const size_t rk = FA_ROWS_KEYS(vec), lanes = FA_ROWS_LANES;
     loop_cost c;
-    c.per_step = rq * (4 * dim + 2 * rv + 4) + 1;
-    c.per_key_block = vec * (3 * dim + rv + 1) + rq * (dim + 2 * vec + rv * (1 + vec) + 4) + 1;
-    c.keys_per_block = vec;
+    c.per_step = lanes * (3 * dim + 8) + dim + 8;
+    c.per_key_block = 2 * (rk * (2 * dim + 4) + dim * (1 + rk) + ceil_div(dim, 4) * (9 + 5 * rk) +
+                           lanes * (1 + rk) + 8 * rk + 8);
+    c.keys_per_block = rk;
     return c;
 }
 
@@ -712,27 +717,8 @@ static loop_cost path_loop_cost(const fcl_device_info *info, fcl_attention_path 
                                 size_t bq, size_t bk, size_t group)
 {
     const size_t dim = bucket_dims[bucket];
-    return path == FCL_ATTENTION_PATH_ROWS ? rows_loop_cost(dim, info->softmax_vector_width, bq)
+    return path == FCL_ATTENTION_PATH_ROWS ? rows_loop_cost(dim, info->softmax_vector_width)
                                            : tile_loop_cost(dim, bq, bk, group);
-}
-
-/* The rows kernel's queries per work-item: 16, or under a loop cap the most (a power of two)
- * with which its key splits still take FCL_ROWS_KEYS_UNDER_CAP keys in all (a step loads
- * each query's row, and each key block loops over every query). */
-#define FCL_ROWS_BLOCK_Q 16
-#define FCL_ROWS_KEYS_UNDER_CAP 4096
-size_t fcl_plan_rows_block_q(const fcl_device_info *info, int bucket, size_t vector_width)
-{
-    const size_t cap = info->loop_iteration_cap;
-    size_t rq = FCL_ROWS_BLOCK_Q;
-    for (; cap && rq > 1; rq /= 2) {
-        loop_cost c = rows_loop_cost(bucket_dims[bucket], vector_width, rq);
-        if (c.per_step + c.per_key_block <= cap &&
-            (cap - c.per_step) / c.per_key_block * c.keys_per_block * FA_MAX_SPLITS >=
-                FCL_ROWS_KEYS_UNDER_CAP)
-            break;
-    }
-    return rq;
 }
 
 /* Where the driver caps a work-item's loop iterations: key splits short enough that one
@@ -768,8 +754,12 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
                               fcl_attention_path path, int decode, int bucket, size_t bq,
                               size_t bk, size_t work_group_size, fcl_attention_launch *launch)
 {
+    size_t heads_step = path == FCL_ATTENTION_PATH_DECODE ? shared_heads_step(d, FA_DEC_HEADS)
+                        : path == FCL_ATTENTION_PATH_ROWS  ? shared_heads_step(d, bq)
+                                                           : 1;
+    if (path == FCL_ATTENTION_PATH_ROWS)
+        bq /= heads_step; /* the rows kernel's lanes: bq / heads_step queries of each head */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
-    size_t heads_step = path == FCL_ATTENTION_PATH_DECODE ? decode_heads_step(d) : 1;
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
     const size_t wave = (size_t)info->compute_units * FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket);
     const int one_wave = (path == FCL_ATTENTION_PATH_MMA && decode) || /* GQA rows */
@@ -838,7 +828,7 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
             : FCL_ATTENTION_PATH_TILE;
     int decode = path == FCL_ATTENTION_PATH_DECODE;
     size_t bq = path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q : decode ? 1 : tile->block_q;
-    size_t bk = path == FCL_ATTENTION_PATH_ROWS ? info->softmax_vector_width
+    size_t bk = path == FCL_ATTENTION_PATH_ROWS ? FA_ROWS_KEYS(info->softmax_vector_width)
                 : decode                        ? tile->decode_block_kv
                                                 : tile->block_kv;
     launch->refusal = "the kernels for this device were not built";
@@ -967,7 +957,7 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
     /* Decoding: where the portable kernel does not take several query heads of a kv head
      * together (the shuffle kernel takes one: with 4 it needed 254 registers on the H100 and
      * ran slower than the portable kernel, docs/PERFORMANCE.md). */
-    return decode_heads_step(d) == 1 &&
+    return shared_heads_step(d, FA_DEC_HEADS) == 1 &&
            plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, 1, bucket, 1,
                        FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS,
                        launch) == FCL_SUCCESS;

@@ -119,13 +119,13 @@ static void add_tile_and_decode(text *t, const kernel_plan *plan, const parts *p
     text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
-static void add_rows(text *t, const kernel_plan *plan, int b)
+static void add_rows(text *t, int b)
 {
     size_t dim = fcl_attention_bucket_dim(b);
     text_add(t, "#define FA_NAME d%zu_all\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                "#define FA_RQ %zu\n#line 1 \"attention_rows.cl\"\n%s\n#undef FA_RQ\n"
+                "#line 1 \"attention_rows.cl\"\n%s\n"
                 "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-             dim, dim, FA_FEATURES_ALL, plan->tile[b].rows_block_q, fcl_cl_attention_rows);
+             dim, dim, FA_FEATURES_ALL, fcl_cl_attention_rows);
 }
 
 /* The source of a program of the given parts. Only softmax's programs define the prelude's
@@ -157,7 +157,7 @@ static char *program_source(const kernel_plan *plan, const parts *p)
                  fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         if ((p->rows >> b) & 1)
-            add_rows(&t, plan, b);
+            add_rows(&t, b);
         /* ALL first: the order of the single program this replaced */
         add_tile_and_decode(&t, plan, p, b, FCL_ATTENTION_ALL);
         for (int v = 0; v < FCL_ATTENTION_ALL; v++)

@@ -21,7 +21,7 @@ int support_setup(void **state);    /* a cmocka group setup */
 #define support_run_tests(tests) support_run_filtered(#tests, tests, sizeof tests / sizeof tests[0])
 int support_run_filtered(const char *group, const struct CMUnitTest *tests, size_t count);
 /* 1 where FLASHCL_TEST_SMALL=1 asks for the small-size run (a simulator as the device): tests
- * leave out their longest rows, which other devices' runs check. */
+ * leave out their longest rows and shorten MLA's keys, which other devices' runs check. */
 int support_small(void);
 int support_teardown(void **state); /* a cmocka group teardown */
 /* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */

@@ -391,7 +391,8 @@ static void test_attention_refit(void **state)
 static void test_attention_splits(void **state)
 {
     (void)state;
-    /* CPUs: a block of 16 queries per work-item, keys a vector at a time, groups of one. */
+    /* CPUs: a block of 16 queries per work-item, one in each lane of its vectors, keys half
+     * the device's vector width at a time (AVX-512: 8), groups of one. */
     fcl_device_info cpu = pocl_like();
     fill_attention_tiles(&cpu);
     fcl_attention_desc prefill = {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 1024,
@@ -400,8 +401,22 @@ static void test_attention_splits(void **state)
     assert_int_equal(fcl_plan_attention(&cpu, &prefill, &rows), FCL_SUCCESS);
     assert_true(rows.path == FCL_ATTENTION_PATH_ROWS && rows.work_group_size == 1);
     assert_int_equal(rows.block_q, 16);
-    assert_int_equal(rows.block_kv, 16);
+    assert_int_equal(rows.block_kv, 8);
     assert_int_equal(rows.q_tiles, 64);
+    assert_int_equal(rows.heads_step, 1);
+    /* GQA: the lanes take the query heads of a kv head together, so that they read its K
+     * and V once: 4 heads of 4 queries, or decoding's 4 heads of the one query. */
+    fcl_attention_desc gqa_prefill = prefill;
+    gqa_prefill.heads_kv = 2;
+    assert_int_equal(fcl_plan_attention(&cpu, &gqa_prefill, &rows), FCL_SUCCESS);
+    assert_int_equal(rows.heads_step, 4);
+    assert_int_equal(rows.block_q, 4);
+    assert_int_equal(rows.q_tiles, 256);
+    assert_int_equal(rows.work, 256 * 2);
+    gqa_prefill.len_q = 1;
+    assert_int_equal(fcl_plan_attention(&cpu, &gqa_prefill, &rows), FCL_SUCCESS);
+    assert_int_equal(rows.heads_step, 4);
+    assert_int_equal(rows.q_tiles, 1);
     fcl_device_info nv = nvidia_like();
     fill_attention_tiles(&nv);
     fcl_attention_launch l;
