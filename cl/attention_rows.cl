@@ -183,3 +183,82 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
         }
     }
 }
+
+/* Decoding on the same devices: one query of heads_step (up to FA_DEC_HEADS) query heads that
+ * share a kv head a step, where the lanes above would mostly hold absent rows. Vectors run
+ * along the head dims instead: a key's score is a dot product of FCL_VEC-wide pieces and one
+ * horizontal sum, a block of FCL_VEC keys' scores is a vector for the online softmax, and o
+ * takes each V row in pieces. The K and V blocks are converted once for every head of the
+ * step. Same arguments and results as the tile kernel (q_tiles = len_q). */
+#define FA_ONE_VECS ((FA_D + FCL_VEC - 1) / FCL_VEC) /* pieces of a row */
+__kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
+{
+    FA_GATHER_ARGS;
+    floatv qv[FA_DEC_HEADS][FA_ONE_VECS], ov[FA_DEC_HEADS][FA_ONE_VECS];
+    float kb[FCL_VEC][FA_ONE_VECS * FCL_VEC], vb[FCL_VEC][FA_ONE_VECS * FCL_VEC];
+    float row[FA_ONE_VECS * FCL_VEC], pj[FCL_VEC], m[FA_DEC_HEADS], l[FA_DEC_HEADS];
+    const uint heads = (uint)p->heads_step;
+    const uint dim = (uint)p->head_dim, dim_v = (uint)p->head_dim_v;
+    const uint nq = (dim + FCL_VEC - 1) / FCL_VEC, nv = (dim_v + FCL_VEC - 1) / FCL_VEC;
+    const ulong steps = (ulong)p->q_tiles * p->batch * (p->heads_q / heads) * p->splits;
+
+    for (ulong g = get_global_id(0); g < steps; g += get_global_size(0)) {
+        const fa_work w = fa_locate(p, io, g, 1, heads);
+        const ulong qi = w.q0;
+        if (qi >= w.s.len_q)
+            continue;
+        const int2 vis = fa_visible_keys(p, &w, qi);
+        for (uint h = 0; h < heads; h++) {
+            const fa_work wh = fa_rows_head(p, &w, h);
+            fa_load_row(row, io->q, p->dtype_q, fa_row(p, io, &wh.s.q, qi), dim, nq * FCL_VEC);
+            for (uint c = 0; c < nq; c++)
+                qv[h][c] = FCL_VLOADN(c, row) * p->q_scale;
+            for (uint c = 0; c < nv; c++)
+                ov[h][c] = 0.0f;
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+        }
+        for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FCL_VEC) {
+            for (uint j = 0; j < FCL_VEC; j++) { /* keys past the end are zero */
+                const int in_range = k0 + j < w.kv_end;
+                const fa_place at = fa_place_of(p, io, &w.s.k, in_range ? k0 + j : 0);
+                fa_load_row(kb[j], io->k, p->dtype_kv, in_range ? fa_row_at(&w.s.k, at) : 0,
+                            in_range ? dim : 0, nq * FCL_VEC);
+                fa_load_row(vb[j], io->v, p->dtype_kv, in_range ? fa_row_at(&w.s.v, at) : 0,
+                            in_range ? dim_v : 0, nv * FCL_VEC);
+            }
+            for (uint h = 0; h < heads; h++) {
+                const fa_work wh = fa_rows_head(p, &w, h);
+                for (uint j = 0; j < FCL_VEC; j++) {
+                    floatv acc = 0.0f;
+                    for (uint c = 0; c < nq; c++)
+                        acc = fma(qv[h][c], FCL_VLOADN(c, kb[j]), acc);
+                    pj[j] = fa_score(p, io, &wh, vis, fcl_hsum(acc), qi, k0 + j);
+                }
+                /* Online statistics as in the kernel above: -inf contributes 0, NaN spreads. */
+                const floatv s = FCL_VLOADN(0, pj);
+                const float m_new = fmax(m[h], fcl_hmax(s));
+                const floatv e = select(exp(s - m_new), (floatv)0.0f, s == (floatv)(-INFINITY));
+                const float alpha = m_new == -INFINITY ? 1.0f : exp(m[h] - m_new);
+                l[h] = l[h] * alpha + fcl_hsum(e);
+                m[h] = m_new;
+                FCL_VSTOREN(e, 0, pj);
+                for (uint c = 0; c < nv; c++) {
+                    floatv acc = ov[h][c] * alpha;
+                    for (uint j = 0; j < FCL_VEC; j++)
+                        acc = fma((floatv)pj[j], FCL_VLOADN(c, vb[j]), acc);
+                    ov[h][c] = acc;
+                }
+            }
+        }
+        for (uint h = 0; h < heads; h++) {
+            const fa_work wh = fa_rows_head(p, &w, h);
+            for (uint c = 0; c < nv; c++)
+                FCL_VSTOREN(ov[h][c], c, row);
+            const fa_dest dst = fa_finish_row(p, io, &wh, qi, m[h], l[h], 1);
+            for (uint d = 0; d < dim_v; d++)
+                fa_store(p, io, dst, d, row[d]);
+        }
+    }
+}
+#undef FA_ONE_VECS

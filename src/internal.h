@@ -116,6 +116,8 @@ struct fcl_context {
      * in the slots of the portable kernels they replace (the others NULL). */
     cl_kernel softmax_nv[FCL_DTYPE_COUNT][FCL_SOFTMAX_NV_BUILDS];
     cl_kernel softmax_nv_stream[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
+    /* The rows kernels' decoding form (one_query), built with the rows kernel. */
+    cl_kernel attention_rows_one[FCL_ATTENTION_BUCKETS];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel attention_merge_splits, attention_merge_parts;
@@ -385,6 +387,8 @@ typedef struct fcl_attention_launch {
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
     int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the GQA build, GQA decoding as rows */
+    int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
+                      a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
     cl_kernel kernel;    /* the kernel (attention.c sets it, fcl_attention_kernel's) */

@@ -754,10 +754,12 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
                               fcl_attention_path path, int decode, int bucket, size_t bq,
                               size_t bk, size_t work_group_size, fcl_attention_launch *launch)
 {
-    size_t heads_step = path == FCL_ATTENTION_PATH_DECODE ? shared_heads_step(d, FA_DEC_HEADS)
-                        : path == FCL_ATTENTION_PATH_ROWS  ? shared_heads_step(d, bq)
-                                                           : 1;
-    if (path == FCL_ATTENTION_PATH_ROWS)
+    const int one_query = path == FCL_ATTENTION_PATH_ROWS && decode;
+    size_t heads_step = path == FCL_ATTENTION_PATH_DECODE || one_query
+                            ? shared_heads_step(d, FA_DEC_HEADS)
+                        : path == FCL_ATTENTION_PATH_ROWS ? shared_heads_step(d, bq)
+                                                          : 1;
+    if (path == FCL_ATTENTION_PATH_ROWS && !one_query)
         bq /= heads_step; /* the rows kernel's lanes: bq / heads_step queries of each head */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
@@ -785,6 +787,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     launch->bucket = bucket;
     launch->path = path;
     launch->gqa_rows = 0;
+    launch->one_query = one_query;
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
@@ -826,11 +829,20 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
                 !info->loop_iteration_cap && !(avoid >> FCL_ATTENTION_PATH_DECODE & 1)
             ? FCL_ATTENTION_PATH_DECODE
             : FCL_ATTENTION_PATH_TILE;
-    int decode = path == FCL_ATTENTION_PATH_DECODE;
-    size_t bq = path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q : decode ? 1 : tile->block_q;
-    size_t bk = path == FCL_ATTENTION_PATH_ROWS ? FA_ROWS_KEYS(info->softmax_vector_width)
-                : decode                        ? tile->decode_block_kv
-                                                : tile->block_kv;
+    /* The rows kernel's decoding form where the lanes would mostly hold absent rows: up to
+     * FA_DEC_HEADS query rows (no loop cap: its loops are not modelled either). */
+    const size_t rows = d->len_q * (d->heads_kv ? d->heads_q / d->heads_kv : 1);
+    const int one_query = path == FCL_ATTENTION_PATH_ROWS && rows <= FA_DEC_HEADS &&
+                          !info->loop_iteration_cap;
+    int decode = path == FCL_ATTENTION_PATH_DECODE || one_query;
+    size_t bq = one_query                        ? 1
+                : path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q
+                : decode                          ? 1
+                                                  : tile->block_q;
+    size_t bk = one_query                        ? info->softmax_vector_width
+                : path == FCL_ATTENTION_PATH_ROWS ? FA_ROWS_KEYS(info->softmax_vector_width)
+                : decode                          ? tile->decode_block_kv
+                                                  : tile->block_kv;
     launch->refusal = "the kernels for this device were not built";
     if (bq == 0 || bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */

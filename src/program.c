@@ -585,11 +585,15 @@ static fcl_status build_rows(fcl_context *ctx, int b)
     fcl_status s = build_unit(ctx, u, program_source(&ctx->build.plan, &p));
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, u->program, name, k, &wg, &local);
+    snprintf(name, sizeof name, "attention_rows_one_d%zu_all", fcl_attention_bucket_dim(b));
+    if (s == FCL_SUCCESS)
+        s = create_kernel(ctx, u->program, name, &ctx->attention_rows_one[b], &wg, &local);
     if (s == FCL_SUCCESS) {
         u->state = 1;
         return s;
     }
     release_kernel(k);
+    release_kernel(&ctx->attention_rows_one[b]);
     release_unit(u);
     return s;
 }
@@ -908,7 +912,8 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
         if (!ctx->rows_unit[b].state)
             s = build_rows(ctx, b);
         if (ctx->rows_unit[b].state == 1)
-            *kernel = ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
+            *kernel = l->one_query ? ctx->attention_rows_one[b]
+                                   : ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
         break;
     case FCL_ATTENTION_PATH_MMA:
         if (v != FCL_ATTENTION_ALL)
@@ -963,6 +968,7 @@ void fcl_release_kernels(fcl_context *ctx)
             release_unit(&ctx->tile_unit[b][v]);
             release_unit(&ctx->decode_unit[b][v]);
         }
+        release_kernel(&ctx->attention_rows_one[b]);
         release_unit(&ctx->rows_unit[b]);
     }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {

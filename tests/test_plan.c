@@ -413,10 +413,19 @@ static void test_attention_splits(void **state)
     assert_int_equal(rows.block_q, 4);
     assert_int_equal(rows.q_tiles, 256);
     assert_int_equal(rows.work, 256 * 2);
+    assert_false(rows.one_query);
+    /* Decoding, up to 4 query rows: one query of the group's heads a step, keys a vector at
+     * a time (the lanes would hold absent rows). */
     gqa_prefill.len_q = 1;
     assert_int_equal(fcl_plan_attention(&cpu, &gqa_prefill, &rows), FCL_SUCCESS);
+    assert_true(rows.path == FCL_ATTENTION_PATH_ROWS && rows.one_query);
     assert_int_equal(rows.heads_step, 4);
     assert_int_equal(rows.q_tiles, 1);
+    assert_int_equal(rows.block_kv, 16);
+    gqa_prefill.heads_kv = 1; /* 8 rows: the lanes */
+    assert_int_equal(fcl_plan_attention(&cpu, &gqa_prefill, &rows), FCL_SUCCESS);
+    assert_false(rows.one_query);
+    assert_int_equal(rows.heads_step, 8);
     fcl_device_info nv = nvidia_like();
     fill_attention_tiles(&nv);
     fcl_attention_launch l;
