@@ -8,14 +8,15 @@
 # spread them over the cores. The kernel-variant test (tests/test_kernel_variants.c) four
 # times covers every kernel the planner can pick:
 #   simulator: the simulator as it is: softmax in registers, in local memory, online and
-#      split; the attention tiles of head dims 64 and 128 with their decode kernels, the rows
-#      kernel for 256 and 576, split-KV and the merge kernels;
+#      split; the attention tiles with their decode kernels (at head dim 576 tiles of 4 x 8
+#      work-items), split-KV and the merge kernels;
 #   local128k: 128 KiB of local memory, where tiles and decode kernels fit every head dim
 #      (576 as well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it,
 #      with the tiles that prefetch K and V (as on NVIDIA; the planner's CPU entry
 #      prefetches nothing);
 #   group32, group16: 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's
-#      llvmpipe; the prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE.
+#      llvmpipe; the prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE; with 16,
+#      no tile fits head dim 576, and the rows kernel and its decoding form run there.
 # softmax, attention, attention_v2 and clamps run tests of the softmax and attention suites
 # (FLASHCL_TEST_ONLY) with the simulator as their device, in their small-size mode
 # (FLASHCL_TEST_SMALL=1, which leaves out rows over 65536 columns and gives MLA fewer keys):

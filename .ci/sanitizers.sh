@@ -19,9 +19,10 @@ cmake --build "$asan" -j 2 > "$asan.build.log" 2>&1 || { cat "$asan.build.log"; 
 # LLVM's; flashcl, linked statically into the tests, has only static TLS, still scanned.
 export ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export LSAN_OPTIONS="suppressions=$src/.ci/lsan.supp:print_suppressions=0"
-# The offline AMD compile, static analysis and packaging checks do not run flashcl's code;
+# The offline AMD and NVIDIA compiles, static analysis and packaging checks do not run
+# flashcl's numerics (the compiles print kernel sources, which the suites build too);
 # Oclgrind preloads its own OpenCL runtime, which ASan (first in the preload list) forbids;
 # the fuzz test builds its own sanitized binary; the *_rusticl runs need the loader this
 # script pins to POCL (and they run the same code as the POCL runs checked here).
-ctest --test-dir "$asan" -j 2 --output-on-failure -E "amd_offline_check|static_analysis|package|fuzz|oclgrind|_rusticl"
+ctest --test-dir "$asan" -j 2 --output-on-failure -E "amd_offline_check|nvptx_offline_check|static_analysis|package|fuzz|oclgrind|_rusticl"
 echo "ASan + UBSan: clean"

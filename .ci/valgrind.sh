@@ -7,10 +7,10 @@
 # 2. natively, compile the kernels for that CPU into this script's own caches (about 80 s);
 # 3. run the test programs under memcheck; the kernels come from those caches.
 # Left out: test_softmax and test_attention (their long rows and sequences take more than
-# 15 minutes each under valgrind; the guard test runs every plan on small shapes) and
-# test_faults (its two hundred context creations take 5 minutes there). ASan + UBSan run all
-# of them (sanitizers.sh). test_threads runs (47 s): valgrind runs one thread at a time, so it
-# checks the threaded paths' memory, not their races.
+# 15 minutes each under valgrind; the guard test runs every plan on small shapes),
+# test_faults (its two hundred context creations take 5 minutes there) and test_threads
+# (47 s; valgrind runs one thread at a time, so it would check the threaded paths' memory,
+# not their races). ASan + UBSan run all of them (sanitizers.sh).
 # The only suppressions (.ci/valgrind.supp) are two of the dynamic loader's, in the OpenCL
 # ICD loader's dlopen of POCL and in POCL's dlopen of the kernels it compiled; each is
 # justified there.
@@ -41,7 +41,7 @@ for t in guards kernel_variants; do
 done
 
 # 3.
-for t in plan arguments cache guards threads kernel_variants; do
+for t in plan arguments cache guards kernel_variants; do
   start=$(date +%s)
   "$valgrind" --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
     --show-leak-kinds=definite,indirect --suppressions="$src/.ci/valgrind.supp" -q \

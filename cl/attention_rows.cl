@@ -22,13 +22,14 @@
 #define introwv int16
 #define FA_RK FA_ROWS_KEYS(FCL_VEC)
 
-/* The per-head view of a step's work for row r: its query head and that head's q rows. */
-FCL_INLINE fa_work fa_rows_head(const fa_params *p, const fa_work *w, uint head)
+/* The per-head view *wh of a step's work w: query head `head` of the step's heads, and that
+ * head's q rows. (Written through a pointer: Oclgrind 21.10 cannot run the noalias scopes
+ * that inlining a struct-returning helper leaves.) */
+FCL_INLINE void fa_rows_head(const fa_params *p, const fa_work *w, uint head, fa_work *wh)
 {
-    fa_work wh = *w;
-    wh.s.h += head;
-    wh.s.q.base += head * p->q_head;
-    return wh;
+    *wh = *w;
+    wh->s.h += head;
+    wh->s.q.base += head * p->q_head;
 }
 
 /* The scores of a block with the modifiers of the contract's order applied: softcap and
@@ -55,7 +56,8 @@ FCL_INLINE void fa_rows_modify(const fa_params *p, const fa_io *io, const fa_wor
     for (uint j = 0; j < FA_RK; j++)
         vstore16(s[j], 0, sc[j]);
     for (uint r = 0; r < FA_ROWS_LANES; r++) {
-        const fa_work wh = fa_rows_head(p, w, r / queries);
+        fa_work wh;
+        fa_rows_head(p, w, r / queries, &wh);
         const ulong qi = w->q0 + r % queries;
         for (uint j = 0; j < FA_RK; j++) {
             const long kj = (long)(k0 + j);
@@ -95,7 +97,8 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
         for (uint r = 0; r < FA_ROWS_LANES; r++) {
             const ulong qi = w.q0 + r % queries;
             const int real = qi < w.s.len_q;
-            const fa_work wh = fa_rows_head(p, &w, r / queries);
+            fa_work wh;
+            fa_rows_head(p, &w, r / queries, &wh);
             fa_load_row(row, io->q, p->dtype_q, real ? fa_row(p, io, &wh.s.q, qi) : 0,
                         real ? dim : 0, dim);
             for (uint d = 0; d < dim; d++)
@@ -176,7 +179,8 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
             const ulong qi = w.q0 + r % queries;
             if (qi >= w.s.len_q)
                 continue;
-            const fa_work wh = fa_rows_head(p, &w, r / queries);
+            fa_work wh;
+            fa_rows_head(p, &w, r / queries, &wh);
             const fa_dest dst = fa_finish_row(p, io, &wh, qi, row_m[r], row_l[r], 1);
             for (uint d = 0; d < dim_v; d++)
                 fa_store(p, io, dst, d, ot.lane[d * FA_ROWS_LANES + r]);
@@ -209,7 +213,8 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
             continue;
         const int2 vis = fa_visible_keys(p, &w, qi);
         for (uint h = 0; h < heads; h++) {
-            const fa_work wh = fa_rows_head(p, &w, h);
+            fa_work wh;
+            fa_rows_head(p, &w, h, &wh);
             fa_load_row(row, io->q, p->dtype_q, fa_row(p, io, &wh.s.q, qi), dim, nq * FCL_VEC);
             for (uint c = 0; c < nq; c++)
                 qv[h][c] = FCL_VLOADN(c, row) * p->q_scale;
@@ -228,7 +233,8 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
                             in_range ? dim_v : 0, nv * FCL_VEC);
             }
             for (uint h = 0; h < heads; h++) {
-                const fa_work wh = fa_rows_head(p, &w, h);
+                fa_work wh;
+                fa_rows_head(p, &w, h, &wh);
                 for (uint j = 0; j < FCL_VEC; j++) {
                     floatv acc = 0.0f;
                     for (uint c = 0; c < nq; c++)
@@ -252,7 +258,8 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
             }
         }
         for (uint h = 0; h < heads; h++) {
-            const fa_work wh = fa_rows_head(p, &w, h);
+            fa_work wh;
+            fa_rows_head(p, &w, h, &wh);
             for (uint c = 0; c < nv; c++)
                 FCL_VSTOREN(ov[h][c], c, row);
             const fa_dest dst = fa_finish_row(p, io, &wh, qi, m[h], l[h], 1);

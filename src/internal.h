@@ -380,7 +380,7 @@ typedef struct fcl_attention_launch {
     fcl_attention_path path;
     size_t block_q, block_kv;
     size_t q_tiles;   /* per (batch, head) */
-    size_t heads_step; /* query heads a work-group takes together (decode: GQA groups) */
+    size_t heads_step; /* query heads of a kv head a step takes together (decode, rows) */
     size_t work;      /* steps (query blocks of every batch and head) per key split */
     size_t splits;    /* key splits; 1: the kernel writes the output itself */
     size_t split_len; /* keys per split, a multiple of block_kv */

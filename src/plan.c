@@ -700,7 +700,9 @@ static loop_cost tile_loop_cost(size_t dim, size_t bq, size_t bk, size_t group)
 /* The rows kernel on a device of vector width vec: a step loads and transposes each of its
  * FA_ROWS_LANES rows' q, clears o and writes each row out; a block of FA_ROWS_KEYS(vec) keys
  * loads their K and V rows, and its scores (dim x keys), modifiers (lanes x keys),
- * statistics and o (dim / 4 x 4 dims x keys) pass over the block. */
+ * statistics and o (dim / 4 x 4 dims x keys) pass over the block. A block counts twice:
+ * Mesa's llvmpipe ended this kernel's loops early with 1.2 times this count (head dims
+ * 576 / 512, 300 keys in 25 splits: wrong results), not with twice. */
 static loop_cost rows_loop_cost(size_t dim, size_t vec)
 {
     const size_t rk = FA_ROWS_KEYS(vec), lanes = FA_ROWS_LANES;
