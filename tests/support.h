@@ -20,8 +20,10 @@ int support_setup(void **state);    /* a cmocka group setup */
  * there cover faster. Fails when no test is left. */
 #define support_run_tests(tests) support_run_filtered(#tests, tests, sizeof tests / sizeof tests[0])
 int support_run_filtered(const char *group, const struct CMUnitTest *tests, size_t count);
-/* 1 where FLASHCL_TEST_SMALL=1 asks for the small-size run (a simulator as the device): tests
- * leave out their longest rows and shorten MLA's keys, which other devices' runs check. */
+/* 1 where FLASHCL_TEST_SMALL=1 asks for the small-size run (a simulator as the device, or the
+ * sanitizers' slow build): tests leave out their longest rows, shorten MLA's keys and, where
+ * the device has no fast path, check the fast-path tests' plans only; the full-size run
+ * checks those. */
 int support_small(void);
 int support_teardown(void **state); /* a cmocka group teardown */
 /* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */

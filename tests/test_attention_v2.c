@@ -91,7 +91,8 @@ static void test_paged(void **state)
                 attention_paged_inputs(&r, lens, &table);
                 check_attention_run(&r);
                 r.d.kv_splits = 4;
-                check_attention_run(&r);
+                if (!support_small() || ps == 2) /* small: key splits over pages of 17 */
+                    check_attention_run(&r);
                 attention_free_inputs(&r);
                 free(table);
             }

@@ -122,7 +122,7 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (int b = 0; b < (int)(sizeof i->attention_tiles / sizeof i->attention_tiles[0]); b++) {
         const struct fcl_attention_tile *t = &i->attention_tiles[b];
         if (!t->block_q) {
-            printf("    head_dim <= %-3zu  -> %zu queries per work-item (rows)%s%s%s\n",
+            printf("    head_dim <= %-3zu  -> %zu query rows per work-item (rows)%s%s%s\n",
                    t->max_head_dim, t->rows_block_q, t->rows_because[0] ? ": " : "", t->rows_because,
                    t->rows_because[0] ? " (a fallback)" : "");
             continue;
