@@ -836,15 +836,13 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
     const size_t rows = d->len_q * (d->heads_kv ? d->heads_q / d->heads_kv : 1);
     const int one_query = path == FCL_ATTENTION_PATH_ROWS && rows <= FA_DEC_HEADS &&
                           !info->loop_iteration_cap;
-    int decode = path == FCL_ATTENTION_PATH_DECODE || one_query;
-    size_t bq = one_query                        ? 1
-                : path == FCL_ATTENTION_PATH_ROWS ? tile->rows_block_q
-                : decode                          ? 1
-                                                  : tile->block_q;
-    size_t bk = one_query                        ? info->softmax_vector_width
-                : path == FCL_ATTENTION_PATH_ROWS ? FA_ROWS_KEYS(info->softmax_vector_width)
-                : decode                          ? tile->decode_block_kv
-                                                  : tile->block_kv;
+    const int decode = path == FCL_ATTENTION_PATH_DECODE || one_query;
+    const int lanes = path == FCL_ATTENTION_PATH_ROWS && !one_query;
+    size_t bq = lanes ? tile->rows_block_q : decode ? 1 : tile->block_q;
+    size_t bk = lanes       ? FA_ROWS_KEYS(info->softmax_vector_width)
+                : one_query ? info->softmax_vector_width
+                : decode    ? tile->decode_block_kv
+                            : tile->block_kv;
     launch->refusal = "the kernels for this device were not built";
     if (bq == 0 || bk == 0)
         return FCL_ERROR_UNSUPPORTED; /* a device without a plan */
