@@ -20,7 +20,7 @@ cmake --install "$build" --prefix "$prefix" > "$tmp/install.log"
 libdir=$(dirname "$(find "$prefix" -name libflashcl.a | head -1)")
 [ -f "$libdir/libflashcl.a" ] || fail "no static library"
 soname=$(readelf -d "$libdir/libflashcl.so" | sed -n 's/.*(SONAME).*\[\(.*\)\].*/\1/p')
-[ "$soname" = "libflashcl.so.0.2" ] || fail "SONAME is '$soname', not libflashcl.so.0.2"
+[ "$soname" = "libflashcl.so.0.3" ] || fail "SONAME is '$soname', not libflashcl.so.0.3"
 [ -f "$libdir/$soname" ] || fail "no $soname"
 [ -f "$libdir/cmake/flashcl/flashclConfig.cmake" ] || fail "no CMake package"
 [ -f "$libdir/pkgconfig/flashcl.pc" ] || fail "no flashcl.pc"
@@ -35,7 +35,7 @@ cmake -S "$src/tests/package/find_package" -B "$tmp/find_package" -DCMAKE_PREFIX
 cmake --build "$tmp/find_package" > "$tmp/find_package-build.log" || { cat "$tmp/find_package-build.log"; fail "building the find_package consumer"; }
 "$tmp/find_package/consumer_shared" > /dev/null || fail "the find_package consumer (shared) failed"
 "$tmp/find_package/consumer_static" > /dev/null || fail "the find_package consumer (static) failed"
-ldd "$tmp/find_package/consumer_shared" | grep -q "libflashcl.so.0.2 => $libdir" || fail "consumer_shared does not load the installed libflashcl.so.0.2"
+ldd "$tmp/find_package/consumer_shared" | grep -q "libflashcl.so.0.3 => $libdir" || fail "consumer_shared does not load the installed libflashcl.so.0.3"
 echo "find_package(flashcl): shared and static consumers ran"
 
 export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"

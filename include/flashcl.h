@@ -34,7 +34,7 @@ extern "C" {
 #endif
 
 #define FLASHCL_VERSION_MAJOR 0
-#define FLASHCL_VERSION_MINOR 2
+#define FLASHCL_VERSION_MINOR 3
 #define FLASHCL_VERSION_PATCH 0
 
 /* The status list, one X(name, value, description) per status: the enum and
@@ -70,8 +70,14 @@ typedef struct fcl_context_options {
      * "accelerator", or a case-insensitive substring of the device name. */
     const char *device;
     /* NULL: env FLASHCL_CACHE_DIR, else $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl.
-     * "" disables the on-disk program-binary cache. */
+     * "" disables the on-disk program-binary cache (and the tuned parameters kept there). */
     const char *cache_dir;
+    /* The kernels' parameters (docs/REFERENCE.md, "Tuning"). NULL: the device table's
+     * defaults, then the parameters flashcl-tune stored for this device and driver in the
+     * cache directory (fcl_tuning_store), then env FLASHCL_TUNE. Otherwise the defaults with
+     * exactly these overrides, in FLASHCL_TUNE's form "key=value,..." ("" for the defaults
+     * alone): neither the stored parameters nor FLASHCL_TUNE apply. */
+    const char *tuning;
 } fcl_context_options;
 
 /* What flashcl probed on the device and planned from it. */
@@ -134,8 +140,9 @@ typedef struct fcl_device_info {
         size_t decode_block_kv;
         char rows_because[128];
     } attention_tiles[4];
-    char tuning[96];                 /* where the parameters came from (device table entry,
-                                        FLASHCL_TUNE) */
+    char tuning[96];                 /* where the parameters came from: the device table's
+                                        entry, then "+ tuned" (stored by fcl_tuning_store),
+                                        "+ FLASHCL_TUNE" or "+ options.tuning" */
     int program_from_cache;          /* 1 when every program built so far came from the
                                         on-disk cache (0 before the first) */
     /* 0 where flashcl does not use its program cache because the driver cannot be asked for
@@ -190,6 +197,18 @@ FCL_API fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_
 FCL_API const char *fcl_context_last_error(const fcl_context *ctx);
 FCL_API const char *fcl_status_string(fcl_status s);
 FCL_API const char *fcl_version_string(void);
+
+/* Tuning ("key=value,...", as FLASHCL_TUNE) becomes the parameters later contexts on this
+ * device and driver start from (options.tuning NULL), kept in the context's cache directory
+ * beside the program binaries; NULL or "" removes them. What flashcl-tune does with the
+ * fastest parameters it measured. This context's own parameters do not change. An entry
+ * that is corrupt or was stored for another device, driver or flashcl version is ignored.
+ * FCL_ERROR_INVALID_ARGUMENT for an override not understood; FCL_ERROR_UNSUPPORTED where the
+ * context has no cache directory or it cannot be written. */
+FCL_API fcl_status fcl_tuning_store(fcl_context *ctx, const char *tuning);
+/* The i-th value (from 0) worth trying for a tuning key, as text into buf (cap bytes):
+ * 1 where there is one, 0 past the last value or for a key not known. For tuners. */
+FCL_API int fcl_tuning_value(const char *key, int i, char *buf, size_t cap);
 
 /* ---- Softmax over the last axis of a rows x cols matrix ---- */
 typedef enum fcl_softmax_algo {

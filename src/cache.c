@@ -150,28 +150,39 @@ done:
     return binary;
 }
 
-void fcl_cache_store(const char *dir, const char *path, const char *identity,
-                        const unsigned char *binary, size_t binary_len)
+int fcl_write_atomic(const char *dir, const char *path, const fcl_piece *pieces, int n)
 {
     char tmp[4200];
     static unsigned counter;
     if (make_dirs(dir) != 0)
-        return;
+        return errno ? errno : EIO;
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
                  __atomic_fetch_add(&counter, 1, __ATOMIC_RELAXED)) >= (int)sizeof tmp)
-        return;
+        return ENAMETOOLONG;
     FILE *f = fopen(tmp, "wb");
     if (!f)
-        return;
-    uint64_t id_len = strlen(identity), bin_len = binary_len;
-    uint64_t bin_hash = fcl_hash(FCL_HASH_INIT, binary, binary_len);
-    int ok = fwrite(FCL_CACHE_MAGIC, 1, strlen(FCL_CACHE_MAGIC), f) == strlen(FCL_CACHE_MAGIC) &&
-             fwrite(&id_len, sizeof id_len, 1, f) == 1 &&
-             fwrite(identity, 1, id_len, f) == id_len && fwrite(&bin_len, sizeof bin_len, 1, f) == 1 &&
-             fwrite(&bin_hash, sizeof bin_hash, 1, f) == 1 &&
-             fwrite(binary, 1, binary_len, f) == binary_len;
+        return errno ? errno : EIO;
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++)
+        ok = fwrite(pieces[i].data, 1, pieces[i].size, f) == pieces[i].size;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0)
-        remove(tmp);
+    if (ok && rename(tmp, path) == 0)
+        return 0;
+    const int err = errno ? errno : EIO;
+    remove(tmp);
+    return err;
 }
 
+void fcl_cache_store(const char *dir, const char *path, const char *identity,
+                        const unsigned char *binary, size_t binary_len)
+{
+    uint64_t id_len = strlen(identity), bin_len = binary_len;
+    uint64_t bin_hash = fcl_hash(FCL_HASH_INIT, binary, binary_len);
+    const fcl_piece file[] = {{FCL_CACHE_MAGIC, strlen(FCL_CACHE_MAGIC)},
+                              {&id_len, sizeof id_len},
+                              {identity, id_len},
+                              {&bin_len, sizeof bin_len},
+                              {&bin_hash, sizeof bin_hash},
+                              {binary, binary_len}};
+    (void)fcl_write_atomic(dir, path, file, (int)(sizeof file / sizeof file[0]));
+}

@@ -13,7 +13,7 @@ static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opt
     if (s == FCL_SUCCESS)
         s = fcl_probe_kernels(ctx);
     if (s == FCL_SUCCESS)
-        s = fcl_build_kernels(ctx, opts ? opts->cache_dir : NULL);
+        s = fcl_build_kernels(ctx, opts);
     if (s != FCL_SUCCESS) {
         if (ctx->last_error[0])
             fcl_record_failure(NULL, "%s", ctx->last_error);

@@ -67,7 +67,8 @@ typedef struct fcl_kernel_plan {
 
 /* Where and how a context builds its programs, kept for the kernels built on first use. */
 typedef struct fcl_build_setup {
-    int use_cache;        /* 0: the on-disk cache is off or unusable */
+    int has_dir;          /* cache_dir is set (not disabled): tuned parameters live there */
+    int use_cache;        /* 0: the program cache is off or unusable */
     char cache_dir[4096];
     char options[1024];   /* the compiler options */
     fcl_kernel_plan plan;
@@ -200,10 +201,11 @@ fcl_status fcl_probe_kernels(fcl_context *ctx);
 void fcl_fit_local_mem_count(fcl_device_info *info, cl_ulong once, cl_ulong twice);
 
 /* ---- program.c ---- */
-/* Plans the kernels for ctx->device (the plan fields of ctx->info, every bucket's tile as
- * planned) and runs NVIDIA's self-check where the planner wants their kernels; every other
- * kernel is built on first use by the calls below, made under ctx->build_lock. */
-fcl_status fcl_build_kernels(fcl_context *ctx, const char *cache_dir);
+/* Plans the kernels for ctx->device with the cache directory and tuning opts (may be NULL)
+ * ask for (the plan fields of ctx->info, every bucket's tile as planned) and runs NVIDIA's
+ * self-check where the planner wants their kernels; every other kernel is built on first use
+ * by the calls below, made under ctx->build_lock. */
+fcl_status fcl_build_kernels(fcl_context *ctx, const fcl_context_options *opts);
 /* The softmax kernels (NVIDIA's too, where used), built (or loaded from the cache) where not
  * yet, with the plan fields that depend on them. A failure leaves them unbuilt, for the next
  * call to try again. */
@@ -249,14 +251,28 @@ char *fcl_cache_identity(const fcl_device_info *info, const char *options, const
 int fcl_cache_path(char *buf, size_t cap, const char *dir, const char *identity);
 /* The binary (malloc'd) of an intact file made for exactly this identity; NULL otherwise. */
 unsigned char *fcl_cache_load(const char *path, const char *identity, size_t *binary_len);
-/* Writes the file under a temporary name and renames it, so a reader never sees half a
- * file. Failure only costs the next context a rebuild. */
+/* Bytes of a file written in pieces. */
+typedef struct fcl_piece {
+    const void *data;
+    size_t size;
+} fcl_piece;
+/* Writes path (creating dir and its parents) under a temporary name and renames it, so a
+ * reader never sees half a file; 0, or the errno of what failed. */
+int fcl_write_atomic(const char *dir, const char *path, const fcl_piece *pieces, int n);
+/* fcl_write_atomic of a binary's file. Failure only costs the next context a rebuild. */
 void fcl_cache_store(const char *dir, const char *path, const char *identity,
                      const unsigned char *binary, size_t binary_len);
 
+/* ---- tuned.c: flashcl-tune's parameters, stored beside the program cache ---- */
+/* The overrides stored for info's device and driver in dir (into line, cap bytes); 0 where
+ * there is no intact entry made for exactly them. */
+int fcl_tuned_load(const char *dir, const fcl_device_info *info, char *line, size_t cap);
+/* Stores line as that entry, or removes it (line NULL or ""); 0, or an errno. */
+int fcl_tuned_store(const char *dir, const fcl_device_info *info, const char *line);
+
 /* ---- plan.c ---- */
 /* Per-device parameters: defaults from a small device table (by vendor and type), then
- * the overrides of FLASHCL_TUNE. Kernels never test device names; they get these numbers
+ * overrides (stored by flashcl-tune, FLASHCL_TUNE, or a context's options). Kernels never test device names; they get these numbers
  * through the prelude. */
 typedef struct fcl_tuning {
     size_t softmax_work_group; /* wanted work-items per row */
@@ -274,17 +290,26 @@ typedef struct fcl_tuning {
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
-    char source[96];           /* which table entry, and whether FLASHCL_TUNE changed it */
+    char source[96];           /* which table entry, then what changed it (fcl_tuning_apply) */
 } fcl_tuning;
-/* Defaults for info's device, with overrides ("key=value,...": softmax_wg, vector_width,
- * block_items, block_lanes, softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64,
- * attention_tile=BQxBK, attention_prefetch=0|1, attention_pv_vec=0|1, attention_mma=0|1,
- * softmax_nv=0|1) applied;
- * NULL or "" changes
- * nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a sentence (recorded on ctx, or
- * the thread if NULL). */
+/* The device table's parameters for info's device. */
+void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
+/* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
+ * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
+ * attention_prefetch=0|1, attention_pv_vec=0|1, attention_mma=0|1, softmax_nv=0|1) to t and
+ * names where (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad
+ * override is FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the
+ * thread if NULL). */
+fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
+                            const char *where);
+/* Defaults for info's device with FLASHCL_TUNE's overrides applied. */
 fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
                           fcl_tuning *t);
+/* A context's tuning: given (fcl_context_options.tuning) where not NULL, over the defaults
+ * alone; else the defaults, then the entry stored for the device (flashcl-tune's; ignored
+ * where it does not parse), then env (FLASHCL_TUNE). */
+fcl_status fcl_tuning_resolve(fcl_context *ctx, const fcl_device_info *info, const char *given,
+                              const char *stored, const char *env, fcl_tuning *t);
 /* Work-group size for the row kernels: the wanted size within the device's and (after the
  * build, kernel_work_group_size nonzero) every kernel's limit, as a power of two. */
 size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted);

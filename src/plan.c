@@ -177,8 +177,7 @@ static void tune_keys_text(char *buf, size_t cap)
     }
 }
 
-fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
-                          fcl_tuning *t)
+void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
 {
     size_t n = sizeof device_table / sizeof device_table[0];
     const struct device_entry *e = &device_table[n - 1];
@@ -208,14 +207,18 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
     t->attention_mma = 1;
     t->softmax_nv = 1;
-    snprintf(t->source, sizeof t->source, "%s defaults%s", e->name,
-             overrides && *overrides ? " + FLASHCL_TUNE" : "");
-    if (!overrides || !*overrides)
-        return FCL_SUCCESS;
-    char buf[256];
+    snprintf(t->source, sizeof t->source, "%s defaults", e->name);
+}
+
+#define MAX_OVERRIDES 255
+/* Applies "key=value,..." (at most MAX_OVERRIDES characters) to t; 0 where it is longer or
+ * an item is not understood (that item in bad). */
+static int parse_overrides(fcl_tuning *t, const char *overrides, char *bad, size_t bad_cap)
+{
+    char buf[MAX_OVERRIDES + 1];
+    bad[0] = '\0';
     if (snprintf(buf, sizeof buf, "%s", overrides) >= (int)sizeof buf)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "FLASHCL_TUNE is longer than %zu characters", sizeof buf - 1);
+        return 0;
     for (char *item = buf, *next; item; item = next) {
         next = strchr(item, ',');
         if (next)
@@ -224,14 +227,84 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
         if (eq)
             *eq = '\0';
         if (!eq || !apply_override(t, item, eq + 1)) {
-            char keys[1024];
-            tune_keys_text(keys, sizeof keys);
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                            "FLASHCL_TUNE: \"%s%s%s\" is not understood; give %s, separated by "
-                            "commas", item, eq ? "=" : "", eq ? eq + 1 : "", keys);
+            if (eq)
+                *eq = '=';
+            snprintf(bad, bad_cap, "%s", item);
+            return 0;
         }
     }
+    return 1;
+}
+
+fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
+                            const char *where)
+{
+    if (!overrides || !*overrides)
+        return FCL_SUCCESS;
+    char bad[MAX_OVERRIDES + 1];
+    if (!parse_overrides(t, overrides, bad, sizeof bad)) {
+        if (!bad[0])
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is longer than %d characters",
+                            where, MAX_OVERRIDES);
+        char keys[1024];
+        tune_keys_text(keys, sizeof keys);
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s: \"%s\" is not understood; give %s, separated by commas", where, bad,
+                        keys);
+    }
+    const size_t n = strlen(t->source);
+    snprintf(t->source + n, sizeof t->source - n, " + %s", where);
     return FCL_SUCCESS;
+}
+
+fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const char *overrides,
+                          fcl_tuning *t)
+{
+    fcl_tuning_defaults(info, t);
+    return fcl_tuning_apply(ctx, t, overrides, "FLASHCL_TUNE");
+}
+
+fcl_status fcl_tuning_resolve(fcl_context *ctx, const fcl_device_info *info, const char *given,
+                              const char *stored, const char *env, fcl_tuning *t)
+{
+    fcl_tuning_defaults(info, t);
+    if (given)
+        return fcl_tuning_apply(ctx, t, given, "options.tuning");
+    fcl_tuning tuned = *t;
+    char bad[MAX_OVERRIDES + 1];
+    if (stored && *stored && parse_overrides(&tuned, stored, bad, sizeof bad)) {
+        *t = tuned; /* an entry that no longer parses (another version's keys) is ignored */
+        const size_t n = strlen(t->source);
+        snprintf(t->source + n, sizeof t->source - n, " + tuned");
+    }
+    return fcl_tuning_apply(ctx, t, env, "FLASHCL_TUNE");
+}
+
+int fcl_tuning_value(const char *key, int i, char *buf, size_t cap)
+{
+    static const size_t group[] = {16, 32, 64}, width[] = {4, 8, 16};
+    if (!key || i < 0 || !buf || !cap)
+        return 0;
+    for (size_t k = 0; k < N_TUNE_KEYS; k++) {
+        if (strcmp(key, tune_keys[k].key) != 0)
+            continue;
+        switch (tune_keys[k].kind) {
+        case TUNE_POW2: /* 1 to 1024 */
+            return i <= 10 && snprintf(buf, cap, "%zu", (size_t)1 << i) < (int)cap;
+        case TUNE_ITEMS: /* 0, then the powers of two to 64 */
+            return i <= 7 && snprintf(buf, cap, "%zu", i ? (size_t)1 << (i - 1) : 0) < (int)cap;
+        case TUNE_SWITCH:
+            return i <= 1 && snprintf(buf, cap, "%d", i) < (int)cap;
+        case TUNE_WIDTH:
+            return i < 3 && snprintf(buf, cap, "%zu", width[i]) < (int)cap;
+        case TUNE_GROUP:
+            return i < 3 && snprintf(buf, cap, "%zu", group[i]) < (int)cap;
+        case TUNE_TILE:
+            return i < N_TILE_CANDIDATES && snprintf(buf, cap, "%zux%zu", tile_candidates[i][0],
+                                                     tile_candidates[i][1]) < (int)cap;
+        }
+    }
+    return 0;
 }
 
 size_t fcl_plan_work_group_size(const fcl_device_info *info, size_t wanted)

@@ -1043,11 +1043,9 @@ static fcl_status build_setup_for(fcl_context *ctx, const char *requested_cache_
     fcl_build_setup *setup = &ctx->build;
     const char *extra = getenv("FLASHCL_BUILD_OPTIONS");
     ctx->info.program_cache_usable = fcl_cache_usable(&ctx->info);
-    const char *dir = ctx->info.program_cache_usable
-                          ? fcl_cache_dir(requested_cache_dir, setup->cache_dir,
-                                          sizeof setup->cache_dir)
-                          : NULL;
-    setup->use_cache = dir != NULL;
+    const char *dir = fcl_cache_dir(requested_cache_dir, setup->cache_dir, sizeof setup->cache_dir);
+    setup->has_dir = dir != NULL;
+    setup->use_cache = dir && ctx->info.program_cache_usable;
     if (dir && dir != setup->cache_dir)
         snprintf(setup->cache_dir, sizeof setup->cache_dir, "%s", dir);
     if (snprintf(setup->options, sizeof setup->options, "%s %s", FCL_BASE_BUILD_OPTIONS,
@@ -1058,13 +1056,17 @@ static fcl_status build_setup_for(fcl_context *ctx, const char *requested_cache_
     return FCL_SUCCESS;
 }
 
-fcl_status fcl_build_kernels(fcl_context *ctx, const char *requested_cache_dir)
+fcl_status fcl_build_kernels(fcl_context *ctx, const fcl_context_options *opts)
 {
-    fcl_status s = build_setup_for(ctx, requested_cache_dir);
+    fcl_status s = build_setup_for(ctx, opts ? opts->cache_dir : NULL);
     if (s != FCL_SUCCESS)
         return s;
+    char stored[256] = "";
+    const char *given = opts ? opts->tuning : NULL;
+    if (!given && ctx->build.has_dir)
+        fcl_tuned_load(ctx->build.cache_dir, &ctx->info, stored, sizeof stored);
     fcl_tuning tuning;
-    s = fcl_tuning_for(ctx, &ctx->info, getenv("FLASHCL_TUNE"), &tuning);
+    s = fcl_tuning_resolve(ctx, &ctx->info, given, stored, getenv("FLASHCL_TUNE"), &tuning);
     if (s != FCL_SUCCESS)
         return s;
     snprintf(ctx->info.tuning, sizeof ctx->info.tuning, "%s", tuning.source);

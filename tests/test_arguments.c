@@ -264,7 +264,7 @@ static void test_status_strings_and_devices(void **state)
             assert_string_not_equal(fcl_status_string(all[i]), fcl_status_string(all[j]));
     assert_non_null(strstr(fcl_status_string(FCL_ERROR_UNSUPPORTED), "FCL_ERROR_UNSUPPORTED"));
     assert_string_equal(fcl_status_string((fcl_status)-99), "unknown flashcl status");
-    assert_string_equal(fcl_version_string(), "0.2.0");
+    assert_string_equal(fcl_version_string(), "0.3.0");
 
     fcl_context *ctx = NULL;
     fcl_context_options opts = {.device = "no-such-device-anywhere"};
