@@ -32,6 +32,20 @@ FCL_INLINE void fa_rows_head(const fa_params *p, const fa_work *w, uint head, fa
     wh->s.q.base += head * p->q_head;
 }
 
+/* Key k's K row into k_row (dim elements, zeros to cap_k) and V row into v_row (dim_v, zeros
+ * to cap_v), both zeros for keys past the step's end; one page lookup serves both. */
+FCL_INLINE void fa_rows_load_key(const fa_params *p, const fa_io *io, const fa_work *w, ulong k,
+                                 uint dim, uint cap_k, __private float *k_row, uint dim_v,
+                                 uint cap_v, __private float *v_row)
+{
+    const int in_range = k < w->kv_end;
+    const fa_place at = fa_place_of(p, io, &w->s.k, in_range ? k : 0);
+    fa_load_row(k_row, io->k, p->dtype_kv, in_range ? fa_row_at(&w->s.k, at) : 0,
+                in_range ? dim : 0, cap_k);
+    fa_load_row(v_row, io->v, p->dtype_kv, in_range ? fa_row_at(&w->s.v, at) : 0,
+                in_range ? dim_v : 0, cap_v);
+}
+
 /* The scores of a block with the modifiers of the contract's order applied: softcap and
  * ALiBi on whole vectors (each lane's slope and position), a mask row by row, entry by entry.
  * Hidden keys' scores are replaced afterwards. */
@@ -115,14 +129,8 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
         rowv m = -INFINITY, l = 0.0f;
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_RK) {
-            for (uint j = 0; j < FA_RK; j++) { /* keys past the end are zero */
-                const int in_range = k0 + j < w.kv_end;
-                const fa_place at = fa_place_of(p, io, &w.s.k, in_range ? k0 + j : 0);
-                fa_load_row(kb[j], io->k, p->dtype_kv, in_range ? fa_row_at(&w.s.k, at) : 0,
-                            in_range ? dim : 0, dim);
-                fa_load_row(vb[j], io->v, p->dtype_kv, in_range ? fa_row_at(&w.s.v, at) : 0,
-                            in_range ? dim_v : 0, dim_v4);
-            }
+            for (uint j = 0; j < FA_RK; j++)
+                fa_rows_load_key(p, io, &w, k0 + j, dim, dim, kb[j], dim_v, dim_v4, vb[j]);
             rowv s[FA_RK];
             #pragma unroll
             for (uint j = 0; j < FA_RK; j++)
@@ -224,14 +232,9 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
             l[h] = 0.0f;
         }
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FCL_VEC) {
-            for (uint j = 0; j < FCL_VEC; j++) { /* keys past the end are zero */
-                const int in_range = k0 + j < w.kv_end;
-                const fa_place at = fa_place_of(p, io, &w.s.k, in_range ? k0 + j : 0);
-                fa_load_row(kb[j], io->k, p->dtype_kv, in_range ? fa_row_at(&w.s.k, at) : 0,
-                            in_range ? dim : 0, nq * FCL_VEC);
-                fa_load_row(vb[j], io->v, p->dtype_kv, in_range ? fa_row_at(&w.s.v, at) : 0,
-                            in_range ? dim_v : 0, nv * FCL_VEC);
-            }
+            for (uint j = 0; j < FCL_VEC; j++)
+                fa_rows_load_key(p, io, &w, k0 + j, dim, nq * FCL_VEC, kb[j], dim_v, nv * FCL_VEC,
+                                 vb[j]);
             for (uint h = 0; h < heads; h++) {
                 fa_work wh;
                 fa_rows_head(p, &w, h, &wh);
