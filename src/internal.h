@@ -81,6 +81,26 @@ typedef struct fcl_unit {
                   fit the device (another path serves their calls) */
 } fcl_unit;
 
+/* NVIDIA's fast path's programs and kernels (src/nvidia.c): the self-check (run when the
+ * context is made), softmax, per bucket up to head dims 256 the tensor-core kernels
+ * (cl/attention_mma_nv.cl) of each kind (FCL_MMA_F16, ...) and the shuffle decode kernels of
+ * each feature set. */
+typedef struct fcl_nv_kernels {
+    fcl_unit check_unit, softmax_unit;
+    fcl_unit mma_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    fcl_unit decode_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
+    cl_kernel mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    cl_kernel mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
+    /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
+     * _mod build, as the portable decode kernel). */
+    cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
+    /* ... and softmax (cl/softmax_nv.cl): FUSED per storage type and build
+     * (fcl_plan_softmax_nv_vecs; NULL where not built), and ONLINE and SPLIT per storage type
+     * in the slots of the portable kernels they replace (the others NULL). */
+    cl_kernel softmax[FCL_DTYPE_COUNT][FCL_SOFTMAX_NV_BUILDS];
+    cl_kernel softmax_stream[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
+} fcl_nv_kernels;
+
 struct fcl_context {
     cl_context cl_ctx;
     cl_device_id device;
@@ -101,22 +121,7 @@ struct fcl_context {
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
-    /* The NVIDIA kernels' programs: the self-check (run when the context is made), softmax,
-     * per bucket up to head dims 256 the tensor-core kernels (cl/attention_mma_nv.cl) of each
-     * kind (FCL_MMA_F16, ...) and the shuffle decode kernels of each feature set. */
-    fcl_unit mma_check_unit, softmax_nv_unit;
-    fcl_unit mma_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
-    fcl_unit decode_nv_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
-    cl_kernel attention_mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
-    cl_kernel attention_mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
-    /* ... the NVIDIA decode kernels (cl/attention_decode_nv.cl), per bucket and feature set
-     * (no _mod build, as the portable decode kernel). */
-    cl_kernel attention_decode_nv[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
-    /* ... and NVIDIA's softmax (cl/softmax_nv.cl): FUSED per storage type and build
-     * (fcl_plan_softmax_nv_vecs; NULL where not built), and ONLINE and SPLIT per storage type
-     * in the slots of the portable kernels they replace (the others NULL). */
-    cl_kernel softmax_nv[FCL_DTYPE_COUNT][FCL_SOFTMAX_NV_BUILDS];
-    cl_kernel softmax_nv_stream[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
+    fcl_nv_kernels nv; /* NVIDIA's fast path's (src/nvidia.c) */
     /* The rows kernels' decoding form (one_query), built with the rows kernel. */
     cl_kernel attention_rows_one[FCL_ATTENTION_BUCKETS];
     /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
@@ -229,10 +234,27 @@ enum { FCL_SOURCE_ALL = -1, FCL_SOURCE_SOFTMAX = -2, FCL_SOURCE_MERGE = -3, FCL_
 /* The portable kernels as fcl_build_kernels and the bucket builds would compile them for
  * info's device with the FLASHCL_TUNE overrides tune. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int program);
-/* The NVIDIA programs (cl/common_nv.cl, cl/attention_mma_nv.cl, cl/attention_decode_nv.cl,
- * cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every such device; buckets up to
- * FCL_MMA_BUCKETS). */
-char *fcl_mma_kernel_source(int program);
+
+/* program.c's services to the fast paths, which build their own programs with them. */
+typedef struct fcl_text { /* a growing string; failed after running out of memory */
+    char *s;
+    size_t len, cap;
+    int failed;
+} fcl_text;
+void fcl_text_add(fcl_text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+extern const char *const fcl_dtype_suffix[FCL_DTYPE_COUNT];
+extern const char *const fcl_softmax_kernel_names[FCL_K_SOFTMAX_COUNT];
+/* Whether the decode kernels are built for feature set v (not for the score modifiers'). */
+int fcl_decode_built_for(int v);
+/* A unit's program from source (freed here) or the cache. */
+fcl_status fcl_build_unit(fcl_context *ctx, fcl_unit *u, char *source);
+void fcl_release_unit(fcl_unit *u);
+void fcl_release_kernel(cl_kernel *k);
+/* Creates kernel `name` of program; where its local memory or work-group (group work-items)
+ * does not fit the device, releases it and sets *fits to 0, with what it allows in *wg and
+ * uses in *local. */
+fcl_status fcl_create_fitting(fcl_context *ctx, cl_program program, const char *name,
+                              cl_kernel *k, size_t group, int *fits, size_t *wg, cl_ulong *local);
 
 /* ---- cache.c: the on-disk program-binary cache ---- */
 /* A 64-bit FNV-1a-style hash over words, chained through h (start with FCL_HASH_INIT):
@@ -520,5 +542,32 @@ int fcl_attention_out_overlaps(const fcl_attention_problem *pr, const fcl_attent
  * row once for the group. 1 with *rows filled in where the call's features allow it (its
  * buffer limits are pr's), else 0. */
 int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_problem *rows);
+
+/* ---- fast paths: a vendor's kernels beside the portable ones ---- */
+/* What program.c and softmax.c reach a fast path through (NVIDIA's: src/nvidia.c). The
+ * planner (plan.c) decides where its kernels run; the path builds them on first use, under
+ * ctx->build_lock, and its self-check at context creation says (in ctx->info) whether they
+ * serve. A kernel that does not build or fit leaves its calls to the portable kernels. */
+typedef struct fcl_fast_path {
+    const char *name;
+    /* At context creation: where the planner wants the path, builds and runs its
+     * self-check, and sets the fields of ctx->info that say whether and where it serves. */
+    fcl_status (*check)(fcl_context *ctx, const fcl_tuning *tuning);
+    /* Its softmax kernels, built beside the portable ones where ctx->info says they serve. */
+    fcl_status (*build_softmax)(fcl_context *ctx);
+    /* The softmax kernels of a launch the planner gave to the path (nv_build, nv_stream),
+     * in the portable kernels' slots (FCL_K_SOFTMAX_*). */
+    void (*softmax_kernels)(fcl_context *ctx, const fcl_softmax_launch *l, fcl_dtype t,
+                            cl_kernel out[FCL_K_SOFTMAX_COUNT]);
+    /* The kernel of feature set v for a launch on one of the path's own attention paths,
+     * built where not yet tried; *kernel NULL where the path is not its or the kernel does
+     * not build or fit. */
+    fcl_status (*attention_kernel)(fcl_context *ctx, const fcl_attention_launch *l, int v,
+                                   cl_kernel *kernel);
+    /* Its programs' source (FCL_SOURCE_*, or a bucket), for offline compilers. */
+    char *(*source)(int program);
+    void (*release)(fcl_context *ctx);
+} fcl_fast_path;
+extern const fcl_fast_path fcl_nvidia_path;
 
 #endif /* FLASHCL_INTERNAL_H */

@@ -1,11 +1,11 @@
 /* Program build: the source compiled for a device is a prelude of #defines planned from the
  * probed capabilities, then the embedded .cl files. Kernels are built on first use, a few to
  * a program (a unit): softmax in every storage type; the merge; per head-dim bucket and
- * feature set the tile kernel, and the decode kernels; per bucket the rows kernel; and
- * NVIDIA's self-check (with the context), softmax, tensor-core kinds and shuffle decode. A
- * context compiles only what its calls run. Each binary goes through the on-disk cache of
- * cache.c. Units are built, and the planner's fields in ctx->info they set are written and
- * read, under ctx->build_lock. */
+ * feature set the tile kernel, and the decode kernels; per bucket the rows kernel. A fast
+ * path (NVIDIA's, src/nvidia.c) builds its own programs with the services here, reached
+ * through fcl_fast_path. A context compiles only what its calls run. Each binary goes through
+ * the on-disk cache of cache.c. Units are built, and the planner's fields in ctx->info they
+ * set are written and read, under ctx->build_lock. */
 #include "internal.h"
 
 #include <stdio.h>
@@ -23,16 +23,11 @@ extern const char fcl_cl_attention_tile[];
 extern const char fcl_cl_attention_decode[];
 extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
-extern const char fcl_cl_attention_mma_nv[];
-extern const char fcl_cl_mma_check_nv[];
-extern const char fcl_cl_attention_decode_nv[];
-extern const char fcl_cl_common_nv[];
-extern const char fcl_cl_softmax_nv[];
 
 #define FCL_BASE_BUILD_OPTIONS FCL_CL_STD
 
-static const char *const dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
-static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
+const char *const fcl_dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
+const char *const fcl_softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
     "softmax_rows", "softmax_block"};
 
@@ -40,14 +35,7 @@ static const char *const softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
 typedef fcl_kernel_plan kernel_plan;
 
 /* ---- growing string ---- */
-typedef struct text {
-    char *s;
-    size_t len, cap;
-    int failed;
-} text;
-
-static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...)
+void fcl_text_add(fcl_text *t, const char *fmt, ...)
 {
     for (;;) {
         va_list ap;
@@ -78,7 +66,7 @@ static void text_add(text *t, const char *fmt, ...)
 
 /* Whether the decode kernel is built for a feature set: not for the score modifiers, whose
  * calls its all-feature build serves (the tile kernel needs that build for its registers). */
-static int decode_built_for(int variant) { return variant != FCL_ATTENTION_SCORES; }
+int fcl_decode_built_for(int variant) { return variant != FCL_ATTENTION_SCORES; }
 
 /* The kernels a program's source holds. For offline compilers, one source holds them all. */
 typedef struct parts {
@@ -90,71 +78,71 @@ typedef struct parts {
 
 /* Bucket b's kernels of feature set v: the tile kernel and the decode kernels (for one query
  * head, and for GQA groups), as parts says. */
-static void add_tile_and_decode(text *t, const kernel_plan *plan, const parts *p, int b, int v)
+static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const parts *p, int b, int v)
 {
     const struct fcl_attention_tile *tile = &plan->tile[b];
     const int with_tile = (p->tile[b] >> v & 1u) != 0, with_decode = (p->decode[b] >> v & 1u) != 0;
     if (!with_tile && !with_decode)
         return;
     size_t dim = fcl_attention_bucket_dim(b);
-    text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim,
-             fcl_attention_variant_suffix(v), dim, fcl_attention_variant_features(v));
+    fcl_text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n", dim,
+                 fcl_attention_variant_suffix(v), dim, fcl_attention_variant_features(v));
     if (with_tile) {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
-        text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
-                    "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n"
-                    "#line 1 \"attention_tile.cl\"\n%s\n",
-                 tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
-                 fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
-                                             tile->work_group_size),
-                 plan->attention_pv_vec, fcl_cl_attention_tile);
+        fcl_text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
+                        "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n"
+                        "#line 1 \"attention_tile.cl\"\n%s\n",
+                     tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
+                     fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
+                                                 tile->work_group_size),
+                     plan->attention_pv_vec, fcl_cl_attention_tile);
     }
     if (with_decode)
-        text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
-                    "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
-                 fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
+        fcl_text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
+                        "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
+                     fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
     if (with_tile)
-        text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
-                    "#undef FA_PV_VEC\n");
-    text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
+        fcl_text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
+                        "#undef FA_PV_VEC\n");
+    fcl_text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
-static void add_rows(text *t, int b)
+static void add_rows(fcl_text *t, int b)
 {
     size_t dim = fcl_attention_bucket_dim(b);
-    text_add(t, "#define FA_NAME d%zu_all\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                "#line 1 \"attention_rows.cl\"\n%s\n"
-                "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-             dim, dim, FA_FEATURES_ALL, fcl_cl_attention_rows);
+    fcl_text_add(t, "#define FA_NAME d%zu_all\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                    "#line 1 \"attention_rows.cl\"\n%s\n"
+                    "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                 dim, dim, FA_FEATURES_ALL, fcl_cl_attention_rows);
 }
 
 /* The source of a program of the given parts. Only softmax's programs define the prelude's
  * softmax parameters, so that the others do not change with them. */
 static char *program_source(const kernel_plan *plan, const parts *p)
 {
-    text t = {0};
+    fcl_text t = {0};
     int attention = p->merge || p->rows;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
         attention |= p->tile[b] || p->decode[b];
     if (p->softmax)
-        text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
-                     "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
-                 plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
+        fcl_text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
+                         "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
+                     plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
     else
-        text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_VEC %zu\n"
-                     "#define FCL_FORCE_INLINE %d\n",
-                 plan->vector_width, plan->force_inline);
-    text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+        fcl_text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_VEC %zu\n"
+                         "#define FCL_FORCE_INLINE %d\n",
+                     plan->vector_width, plan->force_inline);
+    fcl_text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
     if (p->softmax) {
-        text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
-                 fcl_cl_softmax_args, fcl_cl_softmax_common);
+        fcl_text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+                     fcl_cl_softmax_args, fcl_cl_softmax_common);
         for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-            text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
-                     dtype_suffix[dt], fcl_cl_softmax);
+            fcl_text_add(&t, "#define FCL_DT %s\n#line 1 \"softmax.cl\"\n%s\n#undef FCL_DT\n",
+                         fcl_dtype_suffix[dt], fcl_cl_softmax);
     }
     if (attention)
-        text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
-                 fcl_cl_attention_args, fcl_cl_attention_common);
+        fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+                     fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         if ((p->rows >> b) & 1)
             add_rows(&t, b);
@@ -164,9 +152,9 @@ static char *program_source(const kernel_plan *plan, const parts *p)
             add_tile_and_decode(&t, plan, p, b, v);
     }
     if (p->merge)
-        text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
-                     "#undef FA_FEATURES\n",
-                 FA_FEATURES_ALL, fcl_cl_attention_merge);
+        fcl_text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
+                         "#undef FA_FEATURES\n",
+                     FA_FEATURES_ALL, fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
         return NULL;
@@ -185,7 +173,7 @@ static parts all_parts(const kernel_plan *plan)
         }
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             p.tile[b] |= 1u << v;
-            if (decode_built_for(v))
+            if (fcl_decode_built_for(v))
                 p.decode[b] |= 1u << v;
         }
     }
@@ -313,7 +301,7 @@ static void note_built(fcl_context *ctx, int from_cache)
 }
 
 /* A unit's program from source (freed here) or the cache. */
-static fcl_status build_unit(fcl_context *ctx, fcl_unit *u, char *source)
+fcl_status fcl_build_unit(fcl_context *ctx, fcl_unit *u, char *source)
 {
     int from_cache = 0;
     fcl_status s = load_or_build(ctx, source, &ctx->build, &u->program, &from_cache);
@@ -322,14 +310,14 @@ static fcl_status build_unit(fcl_context *ctx, fcl_unit *u, char *source)
     return s;
 }
 
-static void release_kernel(cl_kernel *k)
+void fcl_release_kernel(cl_kernel *k)
 {
     if (*k)
         clReleaseKernel(*k);
     *k = NULL;
 }
 
-static void release_unit(fcl_unit *u)
+void fcl_release_unit(fcl_unit *u)
 {
     if (u->program) {
         clReleaseProgram(u->program);
@@ -362,13 +350,13 @@ static fcl_status create_kernel(fcl_context *ctx, cl_program program, const char
 /* Creates one kernel of a bucket and checks it against the device: where its local memory or
  * work-group does not fit, it is released and *fits is 0, with the work-group it allows in
  * *wg. */
-static fcl_status create_fitting(fcl_context *ctx, cl_program program, const char *name,
-                                 cl_kernel *k, size_t group, int *fits, size_t *wg, cl_ulong *local)
+fcl_status fcl_create_fitting(fcl_context *ctx, cl_program program, const char *name,
+                              cl_kernel *k, size_t group, int *fits, size_t *wg, cl_ulong *local)
 {
     fcl_status s = create_kernel(ctx, program, name, k, wg, local);
     *fits = s == FCL_SUCCESS && *local <= ctx->info.local_mem_size && *wg >= group;
     if (s == FCL_SUCCESS && !*fits)
-        release_kernel(k);
+        fcl_release_kernel(k);
     return s;
 }
 
@@ -386,7 +374,7 @@ static fcl_status create_softmax_kernels(fcl_context *ctx, const kernel_plan *pl
             cl_ulong local;
             if (k == FCL_K_SOFTMAX_BLOCK && !plan->block_items)
                 continue;
-            snprintf(name, sizeof name, "%s_%s", softmax_kernel_names[k], dtype_suffix[dt]);
+            snprintf(name, sizeof name, "%s_%s", fcl_softmax_kernel_names[k], fcl_dtype_suffix[dt]);
             fcl_status s = create_kernel(ctx, ctx->softmax_unit.program, name,
                                          &ctx->softmax[dt][k], &wg, &local);
             if (s != FCL_SUCCESS)
@@ -404,8 +392,8 @@ static void release_softmax(fcl_context *ctx)
 {
     for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
         for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
-            release_kernel(&ctx->softmax[dt][k]);
-    release_unit(&ctx->softmax_unit);
+            fcl_release_kernel(&ctx->softmax[dt][k]);
+    fcl_release_unit(&ctx->softmax_unit);
 }
 
 /* The softmax kernels. Where one allows a smaller work-group than planned (register
@@ -416,7 +404,7 @@ static fcl_status build_portable_softmax(fcl_context *ctx)
     kernel_plan *plan = &ctx->build.plan;
     const parts p = {.softmax = 1};
     for (;;) {
-        fcl_status s = build_unit(ctx, &ctx->softmax_unit, program_source(plan, &p));
+        fcl_status s = fcl_build_unit(ctx, &ctx->softmax_unit, program_source(plan, &p));
         if (s == FCL_SUCCESS)
             s = create_softmax_kernels(ctx, plan);
         if (s != FCL_SUCCESS) {
@@ -435,15 +423,13 @@ static fcl_status build_portable_softmax(fcl_context *ctx)
     return FCL_SUCCESS;
 }
 
-static fcl_status build_nv_softmax(fcl_context *ctx);
-
 fcl_status fcl_build_softmax(fcl_context *ctx)
 {
     if (ctx->softmax_unit.state)
         return FCL_SUCCESS;
     fcl_status s = build_portable_softmax(ctx);
     if (s == FCL_SUCCESS && ctx->info.softmax_nv_cols)
-        s = build_nv_softmax(ctx);
+        s = fcl_nvidia_path.build_softmax(ctx);
     if (s == FCL_SUCCESS)
         ctx->softmax_unit.state = 1;
     else
@@ -458,7 +444,7 @@ fcl_status fcl_build_merge(fcl_context *ctx)
     if (ctx->merge_unit.state)
         return FCL_SUCCESS;
     const parts p = {.merge = 1};
-    fcl_status s = build_unit(ctx, &ctx->merge_unit, program_source(&ctx->build.plan, &p));
+    fcl_status s = fcl_build_unit(ctx, &ctx->merge_unit, program_source(&ctx->build.plan, &p));
     const char *merge_names[] = {"attention_merge_splits", "attention_merge_parts"};
     cl_kernel *merges[] = {&ctx->attention_merge_splits, &ctx->attention_merge_parts};
     ctx->merge_work_group = FA_MERGE_LWS;
@@ -474,8 +460,8 @@ fcl_status fcl_build_merge(fcl_context *ctx)
         return s;
     }
     for (int i = 0; i < 2; i++)
-        release_kernel(merges[i]);
-    release_unit(&ctx->merge_unit);
+        fcl_release_kernel(merges[i]);
+    fcl_release_unit(&ctx->merge_unit);
     return s;
 }
 
@@ -512,12 +498,12 @@ static fcl_status build_tile(fcl_context *ctx, int b, int v)
         int fits = 0;
         snprintf(name, sizeof name, "attention_d%zu%s", tile->max_head_dim,
                  fcl_attention_variant_suffix(v));
-        fcl_status s = build_unit(ctx, u, program_source(plan, &p));
+        fcl_status s = fcl_build_unit(ctx, u, program_source(plan, &p));
         if (s == FCL_SUCCESS)
-            s = create_fitting(ctx, u->program, name, k, tile->work_group_size, &fits, &wg, &local);
+            s = fcl_create_fitting(ctx, u->program, name, k, tile->work_group_size, &fits, &wg, &local);
         if (s != FCL_SUCCESS || !fits) {
-            release_kernel(k);
-            release_unit(u);
+            fcl_release_kernel(k);
+            fcl_release_unit(u);
         }
         if (s != FCL_SUCCESS)
             return s;
@@ -553,20 +539,20 @@ static fcl_status build_decode(fcl_context *ctx, int b, int v)
     size_t wg;
     cl_ulong local;
     int fits = 0;
-    fcl_status s = build_unit(ctx, u, program_source(&ctx->build.plan, &p));
+    fcl_status s = fcl_build_unit(ctx, u, program_source(&ctx->build.plan, &p));
     snprintf(name, sizeof name, "attention_decode_d%zu%s", dim, suffix);
     if (s == FCL_SUCCESS)
-        s = create_fitting(ctx, u->program, name, one, FA_DEC_LWS, &fits, &wg, &local);
+        s = fcl_create_fitting(ctx, u->program, name, one, FA_DEC_LWS, &fits, &wg, &local);
     snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", dim, suffix, FA_DEC_HEADS);
     if (s == FCL_SUCCESS && fits)
-        s = create_fitting(ctx, u->program, name, groups, FA_DEC_LWS, &fits, &wg, &local);
+        s = fcl_create_fitting(ctx, u->program, name, groups, FA_DEC_LWS, &fits, &wg, &local);
     if (s == FCL_SUCCESS && fits) {
         u->state = 1;
         return s;
     }
-    release_kernel(one);
-    release_kernel(groups);
-    release_unit(u);
+    fcl_release_kernel(one);
+    fcl_release_kernel(groups);
+    fcl_release_unit(u);
     if (s == FCL_SUCCESS)
         u->state = -1;
     return s;
@@ -582,7 +568,7 @@ static fcl_status build_rows(fcl_context *ctx, int b)
     size_t wg;
     cl_ulong local;
     snprintf(name, sizeof name, "attention_rows_d%zu_all", fcl_attention_bucket_dim(b));
-    fcl_status s = build_unit(ctx, u, program_source(&ctx->build.plan, &p));
+    fcl_status s = fcl_build_unit(ctx, u, program_source(&ctx->build.plan, &p));
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, u->program, name, k, &wg, &local);
     snprintf(name, sizeof name, "attention_rows_one_d%zu_all", fcl_attention_bucket_dim(b));
@@ -592,292 +578,10 @@ static fcl_status build_rows(fcl_context *ctx, int b)
         u->state = 1;
         return s;
     }
-    release_kernel(k);
-    release_kernel(&ctx->attention_rows_one[b]);
-    release_unit(u);
+    fcl_release_kernel(k);
+    fcl_release_kernel(&ctx->attention_rows_one[b]);
+    fcl_release_unit(u);
     return s;
-}
-
-/* ---- the NVIDIA kernels: programs of their own, so that a driver which cannot build or
- * run them leaves the portable kernels as they are ---- */
-
-/* One build of attention_mma_nv.cl: its bucket, product kind and shape. The products' PTX
- * type is tf32 for float32 storage, else the kind's name (f16, bf16). */
-static void add_mma_build(text *t, int bucket, int kind, int gqa_rows)
-{
-    const int f32 = fcl_mma_kind_f32(kind);
-    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
-    text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
-                "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
-                "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
-                "#define FA_FEATURES 0x%xu\n"
-                "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
-                "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
-                "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
-             gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
-             fcl_attention_bucket_dim(bucket), f32 ? "tf32" : fcl_mma_kind_names[kind], f32,
-             kind == FCL_MMA_F32, sh.warps, sh.key_warps, sh.row_tiles, sh.block_kv,
-             FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
-}
-
-/* The NVIDIA programs' parts, as the portable ones'. */
-typedef struct nv_parts {
-    int check, softmax;
-    unsigned mma[FCL_MMA_BUCKETS];    /* bit kind: the kind's prefill and GQA builds */
-    unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
-} nv_parts;
-
-static char *mma_source(const nv_parts *p)
-{
-    text t = {0};
-    int attention = 0;
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        attention |= p->mma[b] || p->decode[b];
-    text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
-    text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
-    if (attention)
-        text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
-                 fcl_cl_attention_args, fcl_cl_attention_common);
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
-            for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                if (((p->mma[b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows))
-                    add_mma_build(&t, b, kind, rows);
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-            if ((p->decode[b] >> v) & 1)
-                text_add(&t, "#define FA_NAME decode_nv_d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                             "#line 1 \"attention_decode_nv.cl\"\n%s\n"
-                             "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-                         fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
-                         fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
-                         fcl_cl_attention_decode_nv);
-    if (p->softmax) {
-        text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
-                 fcl_cl_softmax_args, fcl_cl_softmax_common);
-        for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-            for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
-                if (fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b))
-                    text_add(&t, "#define FCL_DT %s\n#define FCL_SNV_VECS %zu\n"
-                                 "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
-                             dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
-                             fcl_cl_softmax_nv);
-    }
-    if (p->check)
-        text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
-    if (t.failed) {
-        free(t.s);
-        return NULL;
-    }
-    return t.s;
-}
-
-/* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
- * small integers, D = A B with 16 x depth x 8 elements. */
-static float mma_check_product(unsigned i, unsigned n, unsigned depth)
-{
-    int sum = 0;
-    for (unsigned k = 0; k < depth; k++)
-        sum += ((int)((i + 2 * k) % 5) - 2) * ((int)((3 * k + n) % 7) - 3);
-    return (float)sum;
-}
-
-/* Runs fcl_mma_check once: 1 where every lane's accumulators hold the host's product (lane
- * 4g + t holds rows g and g + 8, columns 2t and 2t + 1). */
-static int mma_check_passes(fcl_context *ctx)
-{
-    cl_int err;
-    float got[32 * 12];
-    const size_t lanes = 32;
-    int passes = 0;
-    cl_kernel check = clCreateKernel(ctx->mma_check_unit.program, "fcl_mma_check", &err);
-    cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err)
-                                   : NULL;
-    if (err == CL_SUCCESS)
-        err = clSetKernelArg(check, 0, sizeof(cl_mem), &out);
-    if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(ctx->queue, check, 1, NULL, &lanes, &lanes, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(ctx->queue, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);
-    if (err == CL_SUCCESS) {
-        passes = 1;
-        for (unsigned lane = 0; lane < 32; lane++)
-            for (unsigned e = 0; e < 12; e++) /* f16's four accumulators, bf16's, TF32's */
-                passes &= got[lane * 12 + e] == mma_check_product(lane / 4 + (e % 4 >= 2 ? 8 : 0),
-                                                                  2 * (lane % 4) + e % 2,
-                                                                  e < 8 ? 16 : 8);
-    }
-    if (out)
-        clReleaseMemObject(out);
-    if (check)
-        clReleaseKernel(check);
-    return passes;
-}
-
-/* Creates one kernel of an NVIDIA program for work-groups of `group`; where it cannot run
- * them, *fits = 0 and because says why. */
-static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const char *name,
-                                   cl_kernel *out, size_t group, int *fits, char *because,
-                                   size_t cap)
-{
-    size_t wg;
-    cl_ulong local;
-    fcl_status s = create_fitting(ctx, program, name, out, group, fits, &wg, &local);
-    if (s == FCL_SUCCESS && !*fits)
-        snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local memory; it "
-                 "needs %zu and the device has %llu", name, wg, (unsigned long long)local, group,
-                 (unsigned long long)ctx->info.local_mem_size);
-    return s;
-}
-
-/* Builds NVIDIA's self-check where the planner wants NVIDIA's kernels; they are used
- * (info.attention_mma) only where it gives the host's product. Elsewhere attention_mma stays
- * 0 with the reason, and nothing fails but running out of host memory: the portable kernels
- * serve. */
-static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
-{
-    char *because = ctx->info.attention_mma_because;
-    const size_t cap = sizeof ctx->info.attention_mma_because;
-    const nv_parts p = {.check = 1};
-    ctx->info.attention_mma = 0;
-    ctx->info.softmax_nv_cols = 0;
-    if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
-        return FCL_SUCCESS;
-    fcl_status s = build_unit(ctx, &ctx->mma_check_unit, mma_source(&p));
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
-        return s;
-    if (s != FCL_SUCCESS) {
-        snprintf(because, cap, "its self-check did not build: %.100s", fcl_context_last_error(ctx));
-        fcl_clear_error(ctx);
-    } else if (!mma_check_passes(ctx)) {
-        snprintf(because, cap, "its self-check (one mma.sync per storage type) did not give the "
-                 "host's product");
-    } else {
-        ctx->info.attention_mma = 1;
-        because[0] = '\0';
-        if (tuning->softmax_nv)
-            ctx->info.softmax_nv_cols = SM_NV_COLS;
-    }
-    release_unit(&ctx->mma_check_unit); /* its one kernel has run */
-    return FCL_SUCCESS;
-}
-
-/* The end of an NVIDIA unit's build (where it failed, the caller has released its kernels):
- * built; or, out of host memory, that failure (the unit is tried again on its next use); or
- * not used (state -1), the reason (what runs the portable kernels, why) in
- * info.attention_mma_because and the failure recorded on ctx forgotten. */
-static fcl_status finish_nv_unit(fcl_context *ctx, fcl_unit *u, fcl_status s, int fits,
-                                 const char *what, const char *why)
-{
-    if (s == FCL_SUCCESS && fits) {
-        u->state = 1;
-        return s;
-    }
-    release_unit(u);
-    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
-        return s;
-    if (s != FCL_SUCCESS)
-        why = fcl_context_last_error(ctx);
-    snprintf(ctx->info.attention_mma_because, sizeof ctx->info.attention_mma_because,
-             "%.48s runs the portable kernels: %.80s", what, why);
-    fcl_clear_error(ctx);
-    u->state = -1;
-    return FCL_SUCCESS;
-}
-
-static void release_nv_softmax(fcl_context *ctx)
-{
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
-        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
-            release_kernel(&ctx->softmax_nv[dt][b]);
-        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
-            release_kernel(&ctx->softmax_nv_stream[dt][k]);
-    }
-}
-
-/* NVIDIA's softmax, beside the portable kernels: where it does not build or fit,
- * softmax_nv_cols becomes 0 (the portable kernels serve). */
-static fcl_status build_nv_softmax(fcl_context *ctx)
-{
-    fcl_unit *u = &ctx->softmax_nv_unit;
-    const nv_parts p = {.softmax = 1};
-    char why[160] = "";
-    int fits = 1;
-    fcl_status s = build_unit(ctx, u, mma_source(&p));
-    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
-        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS && s == FCL_SUCCESS && fits; b++) {
-            const size_t vecs = fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b);
-            char name[32];
-            snprintf(name, sizeof name, "softmax_nv%zu_%s", vecs, dtype_suffix[dt]);
-            if (vecs)
-                s = create_nv_kernel(ctx, u->program, name, &ctx->softmax_nv[dt][b], SM_NV_LWS,
-                                     &fits, why, sizeof why);
-        }
-    const int streaming[] = {FCL_K_SOFTMAX_ONLINE, FCL_K_SOFTMAX_SPLIT_STATS,
-                             FCL_K_SOFTMAX_SPLIT_WRITE};
-    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
-        for (int i = 0; i < 3 && s == FCL_SUCCESS && fits; i++) {
-            char name[48];
-            /* "softmax_nv_" and the portable kernel's name past "softmax_" */
-            snprintf(name, sizeof name, "softmax_nv_%s_%s", softmax_kernel_names[streaming[i]] + 8,
-                     dtype_suffix[dt]);
-            s = create_nv_kernel(ctx, u->program, name, &ctx->softmax_nv_stream[dt][streaming[i]],
-                                 SM_NV_LWS, &fits, why, sizeof why);
-        }
-    if (s != FCL_SUCCESS || !fits)
-        release_nv_softmax(ctx);
-    s = finish_nv_unit(ctx, u, s, fits, "softmax", why);
-    if (u->state < 0)
-        ctx->info.softmax_nv_cols = 0;
-    return s;
-}
-
-/* Bucket b's tensor-core kernels of one kind (prefill, and the GQA build where there is
- * one); state -1 where they do not build or fit. */
-static fcl_status build_mma(fcl_context *ctx, int b, int kind)
-{
-    fcl_unit *u = &ctx->mma_unit[b][kind];
-    nv_parts p = {0};
-    p.mma[b] = 1u << kind;
-    char name[40], why[160] = "", what[48];
-    int fits = 1;
-    const size_t dim = fcl_attention_bucket_dim(b);
-    fcl_status s = build_unit(ctx, u, mma_source(&p));
-    for (int rows = 0; rows <= 1 && s == FCL_SUCCESS && fits; rows++) {
-        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s", rows ? "_rows" : "", dim,
-                 fcl_mma_kind_names[kind]);
-        if (fcl_plan_mma_built(b, kind, rows))
-            s = create_nv_kernel(ctx, u->program, name,
-                                 rows ? &ctx->attention_mma_rows[b][kind] : &ctx->attention_mma[b][kind],
-                                 fcl_plan_mma_shape(b, kind, rows).warps * 32, &fits, why,
-                                 sizeof why);
-    }
-    if (s != FCL_SUCCESS || !fits) {
-        release_kernel(&ctx->attention_mma[b][kind]);
-        release_kernel(&ctx->attention_mma_rows[b][kind]);
-    }
-    snprintf(what, sizeof what, "%s attention at head dims up to %zu", fcl_mma_kind_names[kind], dim);
-    return finish_nv_unit(ctx, u, s, fits, what, why);
-}
-
-/* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
-static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
-{
-    fcl_unit *u = &ctx->decode_nv_unit[b][v];
-    cl_kernel *k = &ctx->attention_decode_nv[b][v];
-    nv_parts p = {0};
-    p.decode[b] = 1u << v;
-    char name[40], why[160] = "", what[48];
-    int fits = 1;
-    const size_t dim = fcl_attention_bucket_dim(b);
-    fcl_status s = build_unit(ctx, u, mma_source(&p));
-    snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
-    if (s == FCL_SUCCESS)
-        s = create_nv_kernel(ctx, u->program, name, k, FA_DNV_LWS, &fits, why, sizeof why);
-    if (s != FCL_SUCCESS || !fits)
-        release_kernel(k);
-    snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
-    return finish_nv_unit(ctx, u, s, fits, what, why);
 }
 
 /* ---- a launch's kernel ---- */
@@ -898,7 +602,7 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
             *kernel = ctx->attention[b][FCL_ATTENTION_PATH_TILE][v];
         break;
     case FCL_ATTENTION_PATH_DECODE:
-        if (!decode_built_for(v))
+        if (!fcl_decode_built_for(v))
             break;
         if (!ctx->decode_unit[b][v].state)
             s = build_decode(ctx, b, v);
@@ -916,20 +620,8 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
                                    : ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
         break;
     case FCL_ATTENTION_PATH_MMA:
-        if (v != FCL_ATTENTION_ALL)
-            break;
-        if (!ctx->mma_unit[b][l->mma_kind].state)
-            s = build_mma(ctx, b, l->mma_kind);
-        if (ctx->mma_unit[b][l->mma_kind].state == 1)
-            *kernel = (l->gqa_rows ? ctx->attention_mma_rows : ctx->attention_mma)[b][l->mma_kind];
-        break;
     case FCL_ATTENTION_PATH_DECODE_NV:
-        if (!decode_built_for(v))
-            break;
-        if (!ctx->decode_nv_unit[b][v].state)
-            s = build_decode_nv(ctx, b, v);
-        if (ctx->decode_nv_unit[b][v].state == 1)
-            *kernel = ctx->attention_decode_nv[b][v];
+        s = fcl_nvidia_path.attention_kernel(ctx, l, v, kernel);
         break;
     }
     return s;
@@ -954,33 +646,20 @@ fcl_status fcl_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l,
 void fcl_release_kernels(fcl_context *ctx)
 {
     release_softmax(ctx);
-    release_nv_softmax(ctx);
-    release_unit(&ctx->softmax_nv_unit);
-    release_kernel(&ctx->attention_merge_splits);
-    release_kernel(&ctx->attention_merge_parts);
-    release_unit(&ctx->merge_unit);
-    release_unit(&ctx->mma_check_unit);
+    fcl_nvidia_path.release(ctx);
+    fcl_release_kernel(&ctx->attention_merge_splits);
+    fcl_release_kernel(&ctx->attention_merge_parts);
+    fcl_release_unit(&ctx->merge_unit);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             for (int p = 0; p < 3; p++)
-                release_kernel(&ctx->attention[b][p][v]);
-            release_kernel(&ctx->attention_decode_groups[b][v]);
-            release_unit(&ctx->tile_unit[b][v]);
-            release_unit(&ctx->decode_unit[b][v]);
+                fcl_release_kernel(&ctx->attention[b][p][v]);
+            fcl_release_kernel(&ctx->attention_decode_groups[b][v]);
+            fcl_release_unit(&ctx->tile_unit[b][v]);
+            fcl_release_unit(&ctx->decode_unit[b][v]);
         }
-        release_kernel(&ctx->attention_rows_one[b]);
-        release_unit(&ctx->rows_unit[b]);
-    }
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        for (int k = 0; k < FCL_MMA_KINDS; k++) {
-            release_kernel(&ctx->attention_mma[b][k]);
-            release_kernel(&ctx->attention_mma_rows[b][k]);
-            release_unit(&ctx->mma_unit[b][k]);
-        }
-        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
-            release_kernel(&ctx->attention_decode_nv[b][v]);
-            release_unit(&ctx->decode_nv_unit[b][v]);
-        }
+        fcl_release_kernel(&ctx->attention_rows_one[b]);
+        fcl_release_unit(&ctx->rows_unit[b]);
     }
 }
 
@@ -1020,21 +699,6 @@ char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int progr
         return NULL;
     }
     return program_source(&plan, &p);
-}
-
-char *fcl_mma_kernel_source(int program)
-{
-    nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
-                  .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX};
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        if (program == FCL_SOURCE_ALL || program == b) {
-            p.mma[b] = (1u << FCL_MMA_KINDS) - 1;
-            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-                p.decode[b] |= (unsigned)decode_built_for(v) << v;
-        }
-    if (program >= FCL_MMA_BUCKETS || program == FCL_SOURCE_MERGE)
-        return NULL;
-    return mma_source(&p);
 }
 
 /* Where and how to build (ctx->build): the cache directory and the compiler options. */
@@ -1082,7 +746,7 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const fcl_context_options *opts)
     ctx->info.softmax_block_cols = plan->work_group_size * plan->block_items;
     ctx->info.attention_rows_per_item = tuning.attention_rows;
     ctx->info.softmax_fused_max_cols = fcl_plan_fused_max_cols(&ctx->info);
-    s = build_mma_check(ctx, &tuning);
+    s = fcl_nvidia_path.check(ctx, &tuning);
     if (s != FCL_SUCCESS)
         fcl_release_kernels(ctx);
     return s;

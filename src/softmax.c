@@ -320,14 +320,17 @@ static fcl_status enqueue(fcl_context *ctx, const softmax_shape *sh,
                           const fcl_softmax_launch *launch, const softmax_args *a,
                           cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
-    cl_kernel *kernels = launch->nv_stream ? ctx->softmax_nv_stream[sh->d.dtype]
-                                           : ctx->softmax[sh->d.dtype];
+    cl_kernel fast[FCL_K_SOFTMAX_COUNT];
+    cl_kernel *kernels = ctx->softmax[sh->d.dtype];
+    if (launch->nv_stream || launch->nv_build) {
+        fcl_nvidia_path.softmax_kernels(ctx, launch, sh->d.dtype, fast);
+        kernels = fast;
+    }
     if (launch->algo == FCL_SOFTMAX_SPLIT)
         return enqueue_split(ctx, kernels, sh, launch, a, n_wait, wait, done);
     cl_int err;
     if (launch->algo == FCL_SOFTMAX_FUSED && launch->lanes) {
-        cl_kernel k = launch->nv_build ? ctx->softmax_nv[sh->d.dtype][launch->nv_build - 1]
-                                       : kernels[FCL_K_SOFTMAX_BLOCK];
+        cl_kernel k = kernels[FCL_K_SOFTMAX_BLOCK];
         cl_uint lanes = (cl_uint)launch->lanes;
         err = set_row_args(k, a);
         err = set_arg(err, k, SM_ARG_COUNT, sizeof lanes, &lanes);

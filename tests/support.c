@@ -1,9 +1,12 @@
+#define _XOPEN_SOURCE 700 /* mkdtemp */
 #include "support.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 fcl_context *support_ctx;
 fcl_device_info support_info;
@@ -525,4 +528,27 @@ void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **tab
     r->io.k = test_tensor(r->k_n, full.dtype_kv);
     r->io.v = test_tensor(r->v_n, full.dtype_kv);
     *table_out = table;
+}
+
+int support_temp_dir(char *dir, size_t cap, const char *prefix)
+{
+    const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (snprintf(dir, cap, "%s/%s-XXXXXX", tmp, prefix) >= (int)cap)
+        return -1;
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+int support_remove_dir(const char *dir)
+{
+    char path[512];
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.') {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            remove(path);
+        }
+    if (d)
+        closedir(d);
+    return rmdir(dir);
 }

@@ -26,6 +26,10 @@ int support_run_filtered(const char *group, const struct CMUnitTest *tests, size
  * checks those. */
 int support_small(void);
 int support_teardown(void **state); /* a cmocka group teardown */
+/* A fresh empty directory TMPDIR/prefix-XXXXXX (TMPDIR or /tmp) into dir; 0 on success. */
+int support_temp_dir(char *dir, size_t cap, const char *prefix);
+/* Removes dir and the files in it; 0 on success. */
+int support_remove_dir(const char *dir);
 /* Fresh random numbers; the seed is printed once (FLASHCL_TEST_SEED=N reproduces a run). */
 chk_rng *support_rng(void);
 

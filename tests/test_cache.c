@@ -1,5 +1,5 @@
 /* The on-disk program cache: cold build, warm load, and files that must not be trusted. */
-#define _XOPEN_SOURCE 700 /* mkdtemp, truncate */
+#define _XOPEN_SOURCE 700 /* truncate */
 #include "support.h"
 
 #include <dirent.h>
@@ -74,25 +74,13 @@ static void corrupt_byte(const char *path, long at)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(cache_dir, sizeof cache_dir, "%s/flashcl-cache-test-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(cache_dir) ? 0 : -1;
+    return support_temp_dir(cache_dir, sizeof cache_dir, "flashcl-cache-test");
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    char path[512];
-    DIR *dir = opendir(cache_dir);
-    struct dirent *e;
-    while (dir && (e = readdir(dir)) != NULL)
-        if (e->d_name[0] != '.') {
-            snprintf(path, sizeof path, "%s/%s", cache_dir, e->d_name);
-            remove(path);
-        }
-    if (dir)
-        closedir(dir);
-    rmdir(cache_dir);
+    support_remove_dir(cache_dir);
     return 0;
 }
 

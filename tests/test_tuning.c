@@ -3,7 +3,7 @@
  * foreign, stale or unparsable entry is ignored; the tuner's search never keeps a candidate
  * that failed the float64 check; and the tuner, run on this device, stores parameters whose
  * results are within the tests' tolerance. */
-#define _XOPEN_SOURCE 700 /* mkdtemp, setenv */
+#define _XOPEN_SOURCE 700 /* setenv */
 #include "support.h"
 #include "tune.h"
 
@@ -13,32 +13,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static char dir[256];
 
 static int make_dir(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "%s/flashcl-tuning-test-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return mkdtemp(dir) ? 0 : -1;
+    return support_temp_dir(dir, sizeof dir, "flashcl-tuning-test");
 }
 
 static int remove_dir(void **state)
 {
     (void)state;
-    char path[512];
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.') {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            remove(path);
-        }
-    if (d)
-        closedir(d);
-    return rmdir(dir);
+    return support_remove_dir(dir);
 }
 
 /* A context in dir with the given tuning (NULL: stored and environment); its info. */

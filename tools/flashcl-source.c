@@ -71,7 +71,7 @@ int main(int argc, char **argv)
     if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA programs (compute capability 8.0 and later) */
         const int program = program_number(which, FCL_MMA_BUCKETS);
         if (program >= FCL_SOURCE_CHECK && program != FCL_SOURCE_MERGE)
-            return print_source(fcl_mma_kernel_source(program), "NVIDIA kernels");
+            return print_source(fcl_nvidia_path.source(program), "NVIDIA kernels");
     }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const int program = program_number(which, FCL_ATTENTION_BUCKETS);

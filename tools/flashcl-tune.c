@@ -28,7 +28,8 @@ static const char usage[] =
     "  --base: overrides every candidate starts from and keeps (attention_mma=0 tunes the\n"
     "  portable kernels on NVIDIA). Prints the result as a FLASHCL_TUNE line.\n";
 
-/* Keys searched by default, in order: the family switch first, then what it runs with. */
+/* Keys searched by default, in order: on GPUs the parameters of the kernels GPUs run (the
+ * tiles), on CPUs the switches to the kernels written for CPUs first. */
 static const char *const gpu_keys[] = {"softmax_wg", "vector_width", "block_items",
                                        "attention_tile", "attention_group",
                                        "attention_prefetch", "attention_pv_vec"};
@@ -117,16 +118,14 @@ static int parse_args(int argc, char **argv, args *a)
             ok = split_keys(a, val);
         else if (strcmp(opt, "--reps") == 0)
             a->reps = atoi(val);
-        else if (strcmp(opt, "--measure-one") == 0 && i + 1 < argc) {
+        else if (strcmp(opt, "--measure-one") == 0 && i + 1 < argc) { /* MASK LINE */
             a->measure_mask = atoi(val);
             a->measure_line = argv[++i];
-        }
-        else if (strcmp(opt, "--dtype") == 0 && (strcmp(val, "f32") == 0 || strcmp(val, "f16") == 0 ||
-                                                  strcmp(val, "bf16") == 0)) {
+        } else if (strcmp(opt, "--dtype") == 0 &&
+                   (strcmp(val, "f32") == 0 || strcmp(val, "f16") == 0 || strcmp(val, "bf16") == 0)) {
             a->dtype = val[0] == 'b' ? FCL_DTYPE_BF16 : val[1] == '1' ? FCL_DTYPE_F16 : FCL_DTYPE_F32;
             a->dtype_text = val;
-        }
-        else
+        } else
             return bad_usage("not understood", opt);
         if (!ok)
             return 0;

@@ -84,7 +84,7 @@ static double relative_time(const double *ms, const double *base, size_t n)
 {
     double sum = 0;
     for (size_t i = 0; i < n; i++)
-        sum += ms[i] / base[i];
+        sum += base[i] > 0 ? ms[i] / base[i] : 1.0;
     return sum / (double)n;
 }
 
@@ -96,6 +96,7 @@ int tune_search(const char *base, const char *const *candidates, size_t n_candid
     for (size_t i = 0; i < n_shapes; i++)
         present |= shapes[i].family;
     memset(res, 0, sizeof *res);
+    /* Three arrays of a time per shape: the base's, the best's so far, a trial's. */
     double *base_ms = calloc(n_shapes ? n_shapes : 1, 3 * sizeof(double));
     if (!base_ms || !n_shapes || snprintf(res->line, sizeof res->line, "%s", base) >= (int)sizeof res->line ||
         measure(user, base, present, base_ms) != TUNE_PASSED) {

@@ -1,0 +1,377 @@
+/* NVIDIA's fast path: its programs (cl/common_nv.cl, cl/attention_mma_nv.cl,
+ * cl/attention_decode_nv.cl, cl/softmax_nv.cl, cl/mma_check_nv.cl: the same on every device
+ * of compute capability 8.0 or later), their build on first use, the self-check run at
+ * context creation, and its kernels, behind the fast-path interface (fcl_fast_path in
+ * internal.h). Programs of their own, so that a driver which cannot build or run them leaves
+ * the portable kernels as they are. Where they run is the planner's (plan.c: fcl_plan_mma,
+ * fcl_plan_attention_mma, the softmax plan). */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
+extern const char fcl_cl_common[];
+extern const char fcl_cl_softmax_args[];
+extern const char fcl_cl_softmax_common[];
+extern const char fcl_cl_attention_args[];
+extern const char fcl_cl_attention_common[];
+extern const char fcl_cl_attention_mma_nv[];
+extern const char fcl_cl_mma_check_nv[];
+extern const char fcl_cl_attention_decode_nv[];
+extern const char fcl_cl_common_nv[];
+extern const char fcl_cl_softmax_nv[];
+
+/* One build of attention_mma_nv.cl: its bucket, product kind and shape. The products' PTX
+ * type is tf32 for float32 storage, else the kind's name (f16, bf16). */
+static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows)
+{
+    const int f32 = fcl_mma_kind_f32(kind);
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
+    fcl_text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+                    "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
+                    "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
+                    "#define FA_FEATURES 0x%xu\n"
+                    "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
+                    "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
+                    "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
+                 gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
+                 fcl_attention_bucket_dim(bucket), f32 ? "tf32" : fcl_mma_kind_names[kind], f32,
+                 kind == FCL_MMA_F32, sh.warps, sh.key_warps, sh.row_tiles, sh.block_kv,
+                 FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+}
+
+/* The NVIDIA programs' parts, as the portable ones'. */
+typedef struct nv_parts {
+    int check, softmax;
+    unsigned mma[FCL_MMA_BUCKETS];    /* bit kind: the kind's prefill and GQA builds */
+    unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
+} nv_parts;
+
+static char *mma_source(const nv_parts *p)
+{
+    fcl_text t = {0};
+    int attention = 0;
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        attention |= p->mma[b] || p->decode[b];
+    fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    fcl_text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
+    if (attention)
+        fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
+                     fcl_cl_attention_args, fcl_cl_attention_common);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
+            for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
+                if (((p->mma[b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows))
+                    add_mma_build(&t, b, kind, rows);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            if ((p->decode[b] >> v) & 1)
+                fcl_text_add(&t, "#define FA_NAME decode_nv_d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                                 "#line 1 \"attention_decode_nv.cl\"\n%s\n"
+                                 "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                             fcl_attention_bucket_dim(b), fcl_attention_variant_suffix(v),
+                             fcl_attention_bucket_dim(b), fcl_attention_variant_features(v),
+                             fcl_cl_attention_decode_nv);
+    if (p->softmax) {
+        fcl_text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
+                     fcl_cl_softmax_args, fcl_cl_softmax_common);
+        for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+            for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+                if (fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b))
+                    fcl_text_add(&t, "#define FCL_DT %s\n#define FCL_SNV_VECS %zu\n"
+                                     "#line 1 \"softmax_nv.cl\"\n%s\n#undef FCL_DT\n#undef FCL_SNV_VECS\n",
+                                 fcl_dtype_suffix[dt], fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b),
+                                 fcl_cl_softmax_nv);
+    }
+    if (p->check)
+        fcl_text_add(&t, "#line 1 \"mma_check_nv.cl\"\n%s\n", fcl_cl_mma_check_nv);
+    if (t.failed) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
+}
+
+/* The exact product the self-check kernel computes (cl/mma_check_nv.cl): A[i][k] and B[k][n]
+ * small integers, D = A B with 16 x depth x 8 elements. */
+static float mma_check_product(unsigned i, unsigned n, unsigned depth)
+{
+    int sum = 0;
+    for (unsigned k = 0; k < depth; k++)
+        sum += ((int)((i + 2 * k) % 5) - 2) * ((int)((3 * k + n) % 7) - 3);
+    return (float)sum;
+}
+
+/* Runs fcl_mma_check once: 1 where every lane's accumulators hold the host's product (lane
+ * 4g + t holds rows g and g + 8, columns 2t and 2t + 1). */
+static int mma_check_passes(fcl_context *ctx)
+{
+    cl_int err;
+    float got[32 * 12];
+    const size_t lanes = 32;
+    int passes = 0;
+    cl_kernel check = clCreateKernel(ctx->nv.check_unit.program, "fcl_mma_check", &err);
+    cl_mem out = err == CL_SUCCESS ? clCreateBuffer(ctx->cl_ctx, CL_MEM_WRITE_ONLY, sizeof got, NULL, &err)
+                                   : NULL;
+    if (err == CL_SUCCESS)
+        err = clSetKernelArg(check, 0, sizeof(cl_mem), &out);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(ctx->queue, check, 1, NULL, &lanes, &lanes, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(ctx->queue, out, CL_TRUE, 0, sizeof got, got, 0, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        passes = 1;
+        for (unsigned lane = 0; lane < 32; lane++)
+            for (unsigned e = 0; e < 12; e++) /* f16's four accumulators, bf16's, TF32's */
+                passes &= got[lane * 12 + e] == mma_check_product(lane / 4 + (e % 4 >= 2 ? 8 : 0),
+                                                                  2 * (lane % 4) + e % 2,
+                                                                  e < 8 ? 16 : 8);
+    }
+    if (out)
+        clReleaseMemObject(out);
+    if (check)
+        clReleaseKernel(check);
+    return passes;
+}
+
+/* Creates one kernel of an NVIDIA program for work-groups of `group`; where it cannot run
+ * them, *fits = 0 and because says why. */
+static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const char *name,
+                                   cl_kernel *out, size_t group, int *fits, char *because,
+                                   size_t cap)
+{
+    size_t wg;
+    cl_ulong local;
+    fcl_status s = fcl_create_fitting(ctx, program, name, out, group, fits, &wg, &local);
+    if (s == FCL_SUCCESS && !*fits)
+        snprintf(because, cap, "%s allows %zu work-items and uses %llu bytes of local memory; it "
+                 "needs %zu and the device has %llu", name, wg, (unsigned long long)local, group,
+                 (unsigned long long)ctx->info.local_mem_size);
+    return s;
+}
+
+/* Builds NVIDIA's self-check where the planner wants NVIDIA's kernels; they are used
+ * (info.attention_mma) only where it gives the host's product. Elsewhere attention_mma stays
+ * 0 with the reason, and nothing fails but running out of host memory: the portable kernels
+ * serve. */
+static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
+{
+    char *because = ctx->info.attention_mma_because;
+    const size_t cap = sizeof ctx->info.attention_mma_because;
+    const nv_parts p = {.check = 1};
+    ctx->info.attention_mma = 0;
+    ctx->info.softmax_nv_cols = 0;
+    if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
+        return FCL_SUCCESS;
+    fcl_status s = fcl_build_unit(ctx, &ctx->nv.check_unit, mma_source(&p));
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        return s;
+    if (s != FCL_SUCCESS) {
+        snprintf(because, cap, "its self-check did not build: %.100s", fcl_context_last_error(ctx));
+        fcl_clear_error(ctx);
+    } else if (!mma_check_passes(ctx)) {
+        snprintf(because, cap, "its self-check (one mma.sync per storage type) did not give the "
+                 "host's product");
+    } else {
+        ctx->info.attention_mma = 1;
+        because[0] = '\0';
+        if (tuning->softmax_nv)
+            ctx->info.softmax_nv_cols = SM_NV_COLS;
+    }
+    fcl_release_unit(&ctx->nv.check_unit); /* its one kernel has run */
+    return FCL_SUCCESS;
+}
+
+/* The end of an NVIDIA unit's build (where it failed, the caller has released its kernels):
+ * built; or, out of host memory, that failure (the unit is tried again on its next use); or
+ * not used (state -1), the reason (what runs the portable kernels, why) in
+ * info.attention_mma_because and the failure recorded on ctx forgotten. */
+static fcl_status finish_nv_unit(fcl_context *ctx, fcl_unit *u, fcl_status s, int fits,
+                                 const char *what, const char *why)
+{
+    if (s == FCL_SUCCESS && fits) {
+        u->state = 1;
+        return s;
+    }
+    fcl_release_unit(u);
+    if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
+        return s;
+    if (s != FCL_SUCCESS)
+        why = fcl_context_last_error(ctx);
+    snprintf(ctx->info.attention_mma_because, sizeof ctx->info.attention_mma_because,
+             "%.48s runs the portable kernels: %.80s", what, why);
+    fcl_clear_error(ctx);
+    u->state = -1;
+    return FCL_SUCCESS;
+}
+
+static void release_nv_softmax(fcl_context *ctx)
+{
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS; b++)
+            fcl_release_kernel(&ctx->nv.softmax[dt][b]);
+        for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+            fcl_release_kernel(&ctx->nv.softmax_stream[dt][k]);
+    }
+}
+
+/* NVIDIA's softmax, beside the portable kernels: where it does not build or fit,
+ * softmax_nv_cols becomes 0 (the portable kernels serve). */
+static fcl_status build_nv_softmax(fcl_context *ctx)
+{
+    fcl_unit *u = &ctx->nv.softmax_unit;
+    const nv_parts p = {.softmax = 1};
+    char why[160] = "";
+    int fits = 1;
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
+    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
+        for (int b = 0; b < FCL_SOFTMAX_NV_BUILDS && s == FCL_SUCCESS && fits; b++) {
+            const size_t vecs = fcl_plan_softmax_nv_vecs((fcl_dtype)dt, b);
+            char name[32];
+            snprintf(name, sizeof name, "softmax_nv%zu_%s", vecs, fcl_dtype_suffix[dt]);
+            if (vecs)
+                s = create_nv_kernel(ctx, u->program, name, &ctx->nv.softmax[dt][b], SM_NV_LWS,
+                                     &fits, why, sizeof why);
+        }
+    const int streaming[] = {FCL_K_SOFTMAX_ONLINE, FCL_K_SOFTMAX_SPLIT_STATS,
+                             FCL_K_SOFTMAX_SPLIT_WRITE};
+    for (int dt = 0; dt < FCL_DTYPE_COUNT && s == FCL_SUCCESS && fits; dt++)
+        for (int i = 0; i < 3 && s == FCL_SUCCESS && fits; i++) {
+            char name[48];
+            /* "softmax_nv_" and the portable kernel's name past "softmax_" */
+            snprintf(name, sizeof name, "softmax_nv_%s_%s", fcl_softmax_kernel_names[streaming[i]] + 8,
+                     fcl_dtype_suffix[dt]);
+            s = create_nv_kernel(ctx, u->program, name, &ctx->nv.softmax_stream[dt][streaming[i]],
+                                 SM_NV_LWS, &fits, why, sizeof why);
+        }
+    if (s != FCL_SUCCESS || !fits)
+        release_nv_softmax(ctx);
+    s = finish_nv_unit(ctx, u, s, fits, "softmax", why);
+    if (u->state < 0)
+        ctx->info.softmax_nv_cols = 0;
+    return s;
+}
+
+/* Bucket b's tensor-core kernels of one kind (prefill, and the GQA build where there is
+ * one); state -1 where they do not build or fit. */
+static fcl_status build_mma(fcl_context *ctx, int b, int kind)
+{
+    fcl_unit *u = &ctx->nv.mma_unit[b][kind];
+    nv_parts p = {0};
+    p.mma[b] = 1u << kind;
+    char name[40], why[160] = "", what[48];
+    int fits = 1;
+    const size_t dim = fcl_attention_bucket_dim(b);
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
+    for (int rows = 0; rows <= 1 && s == FCL_SUCCESS && fits; rows++) {
+        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s", rows ? "_rows" : "", dim,
+                 fcl_mma_kind_names[kind]);
+        if (fcl_plan_mma_built(b, kind, rows))
+            s = create_nv_kernel(ctx, u->program, name,
+                                 rows ? &ctx->nv.mma_rows[b][kind] : &ctx->nv.mma[b][kind],
+                                 fcl_plan_mma_shape(b, kind, rows).warps * 32, &fits, why,
+                                 sizeof why);
+    }
+    if (s != FCL_SUCCESS || !fits) {
+        fcl_release_kernel(&ctx->nv.mma[b][kind]);
+        fcl_release_kernel(&ctx->nv.mma_rows[b][kind]);
+    }
+    snprintf(what, sizeof what, "%s attention at head dims up to %zu", fcl_mma_kind_names[kind], dim);
+    return finish_nv_unit(ctx, u, s, fits, what, why);
+}
+
+/* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
+static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
+{
+    fcl_unit *u = &ctx->nv.decode_unit[b][v];
+    cl_kernel *k = &ctx->nv.decode[b][v];
+    nv_parts p = {0};
+    p.decode[b] = 1u << v;
+    char name[40], why[160] = "", what[48];
+    int fits = 1;
+    const size_t dim = fcl_attention_bucket_dim(b);
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
+    snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
+    if (s == FCL_SUCCESS)
+        s = create_nv_kernel(ctx, u->program, name, k, FA_DNV_LWS, &fits, why, sizeof why);
+    if (s != FCL_SUCCESS || !fits)
+        fcl_release_kernel(k);
+    snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
+    return finish_nv_unit(ctx, u, s, fits, what, why);
+}
+
+static char *nv_source(int program)
+{
+    nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
+                  .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX};
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        if (program == FCL_SOURCE_ALL || program == b) {
+            p.mma[b] = (1u << FCL_MMA_KINDS) - 1;
+            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+                p.decode[b] |= (unsigned)fcl_decode_built_for(v) << v;
+        }
+    if (program >= FCL_MMA_BUCKETS || program == FCL_SOURCE_MERGE)
+        return NULL;
+    return mma_source(&p);
+}
+
+/* ---- the interface ---- */
+
+static void nv_softmax_kernels(fcl_context *ctx, const fcl_softmax_launch *l, fcl_dtype t,
+                               cl_kernel out[FCL_K_SOFTMAX_COUNT])
+{
+    for (int k = 0; k < FCL_K_SOFTMAX_COUNT; k++)
+        out[k] = l->nv_stream ? ctx->nv.softmax_stream[t][k] : NULL;
+    if (l->nv_build)
+        out[FCL_K_SOFTMAX_BLOCK] = ctx->nv.softmax[t][l->nv_build - 1];
+}
+
+static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l, int v,
+                                      cl_kernel *kernel)
+{
+    const int b = l->bucket;
+    fcl_status s = FCL_SUCCESS;
+    *kernel = NULL;
+    if (l->path == FCL_ATTENTION_PATH_MMA && v == FCL_ATTENTION_ALL) {
+        if (!ctx->nv.mma_unit[b][l->mma_kind].state)
+            s = build_mma(ctx, b, l->mma_kind);
+        if (ctx->nv.mma_unit[b][l->mma_kind].state == 1)
+            *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[b][l->mma_kind];
+    } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && fcl_decode_built_for(v)) {
+        if (!ctx->nv.decode_unit[b][v].state)
+            s = build_decode_nv(ctx, b, v);
+        if (ctx->nv.decode_unit[b][v].state == 1)
+            *kernel = ctx->nv.decode[b][v];
+    }
+    return s;
+}
+
+static void nv_release(fcl_context *ctx)
+{
+    release_nv_softmax(ctx);
+    fcl_release_unit(&ctx->nv.softmax_unit);
+    fcl_release_unit(&ctx->nv.check_unit);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
+        for (int k = 0; k < FCL_MMA_KINDS; k++) {
+            fcl_release_kernel(&ctx->nv.mma[b][k]);
+            fcl_release_kernel(&ctx->nv.mma_rows[b][k]);
+            fcl_release_unit(&ctx->nv.mma_unit[b][k]);
+        }
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
+            fcl_release_kernel(&ctx->nv.decode[b][v]);
+            fcl_release_unit(&ctx->nv.decode_unit[b][v]);
+        }
+    }
+}
+
+const fcl_fast_path fcl_nvidia_path = {
+    .name = "NVIDIA",
+    .check = build_mma_check,
+    .build_softmax = build_nv_softmax,
+    .softmax_kernels = nv_softmax_kernels,
+    .attention_kernel = nv_attention_kernel,
+    .source = nv_source,
+    .release = nv_release,
+};
