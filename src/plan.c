@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Work-groups launched per compute unit at most; they loop over the remaining rows. */
@@ -264,20 +265,49 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
     return fcl_tuning_apply(ctx, t, overrides, "FLASHCL_TUNE");
 }
 
+/* POCL 5.0's work-group compiler aborts the process on the tile and decode kernels (the
+ * assertion `region_entry_barrier != NULL`, which cache.c meets in clGetProgramInfo too);
+ * the rows kernels, which have no barriers, serve every call there. Seen on 5.0 only. */
+static int tiles_abort_driver(const fcl_device_info *info)
+{
+    return strstr(info->platform_name, "Portable Computing Language") &&
+           atoi(info->driver_version) == 5;
+}
+
+/* Whether t can run on info's device without taking the process down. */
+static int tuning_runs(const fcl_device_info *info, const fcl_tuning *t)
+{
+    return t->attention_rows || !tiles_abort_driver(info);
+}
+
+static fcl_status check_tuning(fcl_context *ctx, const fcl_device_info *info, const fcl_tuning *t)
+{
+    if (!tuning_runs(info, t))
+        return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
+                        "attention_rows=0 (%s): POCL %s's kernel compiler aborts the process on "
+                        "the tile and decode kernels; the rows kernels serve every call there",
+                        t->source, info->driver_version);
+    return FCL_SUCCESS;
+}
+
 fcl_status fcl_tuning_resolve(fcl_context *ctx, const fcl_device_info *info, const char *given,
                               const char *stored, const char *env, fcl_tuning *t)
 {
     fcl_tuning_defaults(info, t);
-    if (given)
-        return fcl_tuning_apply(ctx, t, given, "options.tuning");
+    if (given) {
+        fcl_status s = fcl_tuning_apply(ctx, t, given, "options.tuning");
+        return s == FCL_SUCCESS ? check_tuning(ctx, info, t) : s;
+    }
     fcl_tuning tuned = *t;
     char bad[MAX_OVERRIDES + 1];
-    if (stored && *stored && parse_overrides(&tuned, stored, bad, sizeof bad)) {
+    if (stored && *stored && parse_overrides(&tuned, stored, bad, sizeof bad) &&
+        tuning_runs(info, &tuned)) {
         *t = tuned; /* an entry that no longer parses (another version's keys) is ignored */
         const size_t n = strlen(t->source);
         snprintf(t->source + n, sizeof t->source - n, " + tuned");
     }
-    return fcl_tuning_apply(ctx, t, env, "FLASHCL_TUNE");
+    fcl_status s = fcl_tuning_apply(ctx, t, env, "FLASHCL_TUNE");
+    return s == FCL_SUCCESS ? check_tuning(ctx, info, t) : s;
 }
 
 int fcl_tuning_value(const char *key, int i, char *buf, size_t cap)

@@ -4,6 +4,7 @@
 #include "internal.h"
 #include "support.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* What program.c fills in after the build: per-kernel limits, then the plan. */
@@ -759,6 +760,45 @@ static void test_tuning(void **state)
                                  "8x16, 8x8, 4x8>, separated by commas"));
 }
 
+/* A context's tuning: given over the defaults alone, else stored then FLASHCL_TUNE; on POCL 5.0,
+ * whose compiler aborts on the tile and decode kernels, tiles are refused with a sentence and
+ * a stored entry asking for them is ignored. */
+static void test_tuning_resolve(void **state)
+{
+    (void)state;
+    fcl_tuning t;
+    fcl_device_info pocl = pocl_like();
+    snprintf(pocl.platform_name, sizeof pocl.platform_name, "Portable Computing Language");
+    snprintf(pocl.driver_version, sizeof pocl.driver_version, "5.0+debian");
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, NULL, "vector_width=8", "softmax_wg=8", &t),
+                     FCL_SUCCESS);
+    assert_int_equal(t.vector_width, 8);
+    assert_int_equal(t.softmax_work_group, 8);
+    assert_true(t.attention_rows);
+    assert_string_equal(t.source, "CPU defaults + tuned + FLASHCL_TUNE");
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, "", "vector_width=8", "softmax_wg=8", &t),
+                     FCL_SUCCESS);
+    assert_int_equal(t.vector_width, 16);
+    assert_string_equal(t.source, "CPU defaults");
+    /* Tiles on POCL 5.0: refused where asked for, ignored where stored. */
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, NULL, NULL, "attention_rows=0", &t),
+                     FCL_ERROR_UNSUPPORTED);
+    assert_non_null(strstr(fcl_context_last_error(NULL), "attention_rows=0 (CPU defaults + "
+                                                          "FLASHCL_TUNE): POCL 5.0+debian's"));
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, "attention_rows=0", NULL, NULL, &t),
+                     FCL_ERROR_UNSUPPORTED);
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, NULL, "attention_rows=0,vector_width=8", NULL,
+                                        &t),
+                     FCL_SUCCESS);
+    assert_true(t.attention_rows);
+    assert_int_equal(t.vector_width, 16);
+    /* Other POCL versions run them (3.1 in CI). */
+    snprintf(pocl.driver_version, sizeof pocl.driver_version, "3.1+debian");
+    assert_int_equal(fcl_tuning_resolve(NULL, &pocl, "attention_rows=0", NULL, NULL, &t),
+                     FCL_SUCCESS);
+    assert_false(t.attention_rows);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -769,7 +809,8 @@ int main(void)
         cmocka_unit_test(test_attention_refit),
         cmocka_unit_test(test_any_limits_give_runnable_plans),
         cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_mma_path_rules),
-        cmocka_unit_test(test_tuning), cmocka_unit_test(test_softmax_nv_plan),
+        cmocka_unit_test(test_tuning), cmocka_unit_test(test_tuning_resolve),
+        cmocka_unit_test(test_softmax_nv_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
