@@ -90,9 +90,7 @@ char *fcl_cache_identity(const fcl_device_info *info, const char *options, const
  * with POCL up to 3.x only. */
 int fcl_cache_usable(const fcl_device_info *info)
 {
-    if (!strstr(info->platform_name, "Portable Computing Language"))
-        return 1;
-    return atoi(info->driver_version) <= 3;
+    return fcl_pocl_major(info) <= 3;
 }
 
 int fcl_cache_path(char *buf, size_t cap, const char *dir, const char *identity)

@@ -368,3 +368,11 @@ fcl_status fcl_probe_kernels(fcl_context *ctx)
     fcl_fit_local_mem_count(&ctx->info, once, twice);
     return FCL_SUCCESS;
 }
+
+int fcl_pocl_major(const fcl_device_info *info)
+{
+    if (!strstr(info->platform_name, "Portable Computing Language"))
+        return 0;
+    const int major = atoi(info->driver_version);
+    return major > 0 ? major : 1; /* POCL, whatever its version text says */
+}

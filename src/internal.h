@@ -190,6 +190,8 @@ void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl
 void fcl_scratch_release(fcl_context *ctx);
 
 /* ---- device.c ---- */
+/* POCL's major version where info's driver is POCL; 0 for any other driver. */
+int fcl_pocl_major(const fcl_device_info *info);
 /* Picks a device by spec (see fcl_context_options.device); NULL or "" means the default. */
 fcl_status fcl_select_device(const char *spec, cl_platform_id *platform, cl_device_id *device);
 /* Fills the device fields of info (not the per-kernel and plan fields). */

@@ -5,7 +5,6 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Work-groups launched per compute unit at most; they loop over the remaining rows. */
@@ -89,6 +88,15 @@ static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
 /* FLASHCL_TUNE's keys, one a field of fcl_tuning, and what each value may be: the parser and
  * the error text come from this one table. Switches and the tile are ints, the rest size_t. */
 typedef enum { TUNE_POW2, TUNE_WIDTH, TUNE_ITEMS, TUNE_SWITCH, TUNE_GROUP, TUNE_TILE } tune_kind;
+/* The values of the kinds that take a few (TUNE_WIDTH, TUNE_GROUP). */
+static const size_t width_values[] = {4, 8, 16}, group_values[] = {16, 32, 64};
+static int one_of(size_t v, const size_t *values, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (values[i] == v)
+            return 1;
+    return 0;
+}
 static const char *const tune_kind_text[] = {"a power of two up to 1024", "4, 8 or 16", "0 to 64",
                                              "0 or 1", "16, 32 or 64", NULL};
 static const struct tune_key {
@@ -122,10 +130,10 @@ static long tune_value(tune_kind kind, const char *text)
     if (sscanf(text, "%zu%c", &v, &tail) != 1)
         return -1;
     const int ok = kind == TUNE_POW2    ? v >= 1 && v <= 1024 && (v & (v - 1)) == 0
-                   : kind == TUNE_WIDTH  ? v == 4 || v == 8 || v == 16
+                   : kind == TUNE_WIDTH  ? one_of(v, width_values, 3)
                    : kind == TUNE_ITEMS  ? v <= 64
                    : kind == TUNE_SWITCH ? v <= 1
-                                         : v == 16 || v == 32 || v == 64;
+                                         : one_of(v, group_values, 3);
     return ok ? (long)v : -1;
 }
 
@@ -237,6 +245,13 @@ static int parse_overrides(fcl_tuning *t, const char *overrides, char *bad, size
     return 1;
 }
 
+/* Names where t's last overrides came from in t->source. */
+static void note_source(fcl_tuning *t, const char *where)
+{
+    const size_t n = strlen(t->source);
+    snprintf(t->source + n, sizeof t->source - n, " + %s", where);
+}
+
 fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
                             const char *where)
 {
@@ -253,8 +268,7 @@ fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrid
                         "%s: \"%s\" is not understood; give %s, separated by commas", where, bad,
                         keys);
     }
-    const size_t n = strlen(t->source);
-    snprintf(t->source + n, sizeof t->source - n, " + %s", where);
+    note_source(t, where);
     return FCL_SUCCESS;
 }
 
@@ -270,8 +284,7 @@ fcl_status fcl_tuning_for(fcl_context *ctx, const fcl_device_info *info, const c
  * the rows kernels, which have no barriers, serve every call there. Seen on 5.0 only. */
 static int tiles_abort_driver(const fcl_device_info *info)
 {
-    return strstr(info->platform_name, "Portable Computing Language") &&
-           atoi(info->driver_version) == 5;
+    return fcl_pocl_major(info) == 5;
 }
 
 /* Whether t can run on info's device without taking the process down. */
@@ -303,8 +316,7 @@ fcl_status fcl_tuning_resolve(fcl_context *ctx, const fcl_device_info *info, con
     if (stored && *stored && parse_overrides(&tuned, stored, bad, sizeof bad) &&
         tuning_runs(info, &tuned)) {
         *t = tuned; /* an entry that no longer parses (another version's keys) is ignored */
-        const size_t n = strlen(t->source);
-        snprintf(t->source + n, sizeof t->source - n, " + tuned");
+        note_source(t, "tuned");
     }
     fcl_status s = fcl_tuning_apply(ctx, t, env, "FLASHCL_TUNE");
     return s == FCL_SUCCESS ? check_tuning(ctx, info, t) : s;
@@ -312,7 +324,6 @@ fcl_status fcl_tuning_resolve(fcl_context *ctx, const fcl_device_info *info, con
 
 int fcl_tuning_value(const char *key, int i, char *buf, size_t cap)
 {
-    static const size_t group[] = {16, 32, 64}, width[] = {4, 8, 16};
     if (!key || i < 0 || !buf || !cap)
         return 0;
     for (size_t k = 0; k < N_TUNE_KEYS; k++) {
@@ -326,9 +337,9 @@ int fcl_tuning_value(const char *key, int i, char *buf, size_t cap)
         case TUNE_SWITCH:
             return i <= 1 && snprintf(buf, cap, "%d", i) < (int)cap;
         case TUNE_WIDTH:
-            return i < 3 && snprintf(buf, cap, "%zu", width[i]) < (int)cap;
+            return i < 3 && snprintf(buf, cap, "%zu", width_values[i]) < (int)cap;
         case TUNE_GROUP:
-            return i < 3 && snprintf(buf, cap, "%zu", group[i]) < (int)cap;
+            return i < 3 && snprintf(buf, cap, "%zu", group_values[i]) < (int)cap;
         case TUNE_TILE:
             return i < N_TILE_CANDIDATES && snprintf(buf, cap, "%zux%zu", tile_candidates[i][0],
                                                      tile_candidates[i][1]) < (int)cap;
