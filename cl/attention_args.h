@@ -79,6 +79,10 @@
 #define FA_DEC_LWS 128         /* decode kernel work-items */
 #define FA_DEC_KEYS 128        /* decode kernel: keys per chunk, one per work-item */
 #define FA_DEC_HEADS 4         /* most query heads of one kv head a decode work-group takes */
+/* ... elements of K and V a work-item loads at once, by their size and whether the build
+ * takes GQA groups (0 or 1): 16 bytes, or 8 in the GQA build of 16-bit types (NVIDIA H200:
+ * 16 there were 25% slower); head dims a multiple of it (the planner sends others elsewhere) */
+#define FA_DEC_WIDTH(elem_bytes, groups) ((elem_bytes) == 2 && (groups) ? 4 : 16 / (elem_bytes))
 #define FA_ROWS_LANES 16       /* rows kernel: query rows a work-item, the lanes of its vectors */
 /* ... keys a block: half the device's vector width (FCL_VEC), so that the scores' FA_ROWS_KEYS
  * accumulators of FA_ROWS_LANES lanes fill about 8 of its registers */

@@ -119,13 +119,14 @@ struct fcl_context {
     fcl_unit rows_unit[FCL_ATTENTION_BUCKETS];
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
-     * not built: the rows kernel has only FCL_ATTENTION_ALL). */
+     * not built: the rows kernel has only FCL_ATTENTION_ALL; the decode path's are below). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     fcl_nv_kernels nv; /* NVIDIA's fast path's (src/nvidia.c) */
     /* The rows kernels' decoding form (one_query), built with the rows kernel. */
     cl_kernel attention_rows_one[FCL_ATTENTION_BUCKETS];
-    /* The decode kernels that take FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
-    cl_kernel attention_decode_groups[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
+    /* The decode kernels per bucket, feature set and K/V storage type: [0] for one query
+     * head, [1] for FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
+    cl_kernel attention_decode[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS][FCL_DTYPE_COUNT][2];
     cl_kernel attention_merge_splits, attention_merge_parts;
     size_t merge_work_group; /* FA_MERGE_LWS, or fewer where the merge kernels allow fewer */
     fcl_scratch scratch; /* under lock */
@@ -439,6 +440,7 @@ typedef struct fcl_attention_launch {
     int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
                       a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
+    fcl_dtype dtype_kv; /* FCL_ATTENTION_PATH_DECODE: its kernels are built per K/V type */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
     cl_kernel kernel;    /* the kernel (attention.c sets it, fcl_attention_kernel's) */
 } fcl_attention_launch;

@@ -564,6 +564,10 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * 2 (B8 H32 multi-head) it ran up to 1.8x slower than with 8. Measured on NVIDIA alone, so
  * other GPUs keep many short splits. */
 #define FCL_ATTENTION_ONE_WAVE_MIN_SPLITS 8
+/* ... and from a paged cache, two waves: on the H200 (B8 H32/8, 8K and 32K keys, 16-token
+ * pages) 8 splits ran 17-21% slower than 16, where a contiguous cache ran up to 10% faster
+ * with 8 than with 16. */
+#define FCL_ATTENTION_PAGED_DECODE_WAVES 2
 
 size_t fcl_attention_bucket_dim(int bucket) { return bucket_dims[bucket]; }
 
@@ -883,7 +887,8 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     const int one_wave = (path == FCL_ATTENTION_PATH_MMA && decode) || /* GQA rows */
                          (path == FCL_ATTENTION_PATH_DECODE && info->nv_compute_capability &&
                           work && wave / work >= FCL_ATTENTION_ONE_WAVE_MIN_SPLITS);
-    size_t fill = one_wave ? wave
+    size_t fill = one_wave ? wave * (path == FCL_ATTENTION_PATH_DECODE && d->page_size
+                                         ? FCL_ATTENTION_PAGED_DECODE_WAVES : 1)
                   : (size_t)info->compute_units *
                         (decode ? FCL_ATTENTION_DECODE_GROUPS_PER_CU
                          : is_gpu_like(info) ? FCL_ATTENTION_GPU_GROUPS_PER_CU : 1);
@@ -904,6 +909,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     launch->path = path;
     launch->gqa_rows = 0;
     launch->one_query = one_query;
+    launch->dtype_kv = d->dtype_kv;
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
@@ -935,13 +941,16 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
         return FCL_ERROR_UNSUPPORTED;
     const struct fcl_attention_tile *tile = &info->attention_tiles[bucket];
     /* The rows kernel serves where the device prefers it and where no tile fits; the decode
-     * kernel where the plan has it, except under a loop cap (the tile kernel's loops are
-     * modelled, the decode kernel's are not). */
+     * kernel where the plan has it and the head dims are multiples of its loads, except under
+     * a loop cap (the tile kernel's loops are modelled, the decode kernel's are not). */
+    const size_t decode_width = FA_DEC_WIDTH(fcl_dtype_size(d->dtype_kv),
+                                             shared_heads_step(d, FA_DEC_HEADS) > 1);
     fcl_attention_path path =
         info->attention_rows_per_item || tile->block_q == 0 ||
                 (avoid >> FCL_ATTENTION_PATH_TILE & 1)
             ? FCL_ATTENTION_PATH_ROWS
         : tile->decode_block_kv && d->len_q <= FCL_ATTENTION_DECODE_MAX_Q &&
+                d->head_dim % decode_width == 0 && d->head_dim_v % decode_width == 0 &&
                 !info->loop_iteration_cap && !(avoid >> FCL_ATTENTION_PATH_DECODE & 1)
             ? FCL_ATTENTION_PATH_DECODE
             : FCL_ATTENTION_PATH_TILE;

@@ -97,10 +97,11 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
                                                  tile->work_group_size),
                      plan->attention_pv_vec, fcl_cl_attention_tile);
     }
-    if (with_decode)
-        fcl_text_add(t, "#define FA_DEC_G 1\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n"
-                        "#define FA_DEC_G %d\n#line 1 \"attention_decode.cl\"\n%s\n#undef FA_DEC_G\n",
-                     fcl_cl_attention_decode, FA_DEC_HEADS, fcl_cl_attention_decode);
+    for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++)
+        for (int g = 0; g < 2; g++)
+            fcl_text_add(t, "#define FA_DEC_G %d\n#define FA_DEC_DT %s\n#line 1 \"attention_decode.cl\"\n"
+                            "%s\n#undef FA_DEC_G\n#undef FA_DEC_DT\n",
+                         g ? FA_DEC_HEADS : 1, fcl_dtype_suffix[dt], fcl_cl_attention_decode);
     if (with_tile)
         fcl_text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
                         "#undef FA_PV_VEC\n");
@@ -524,34 +525,36 @@ static fcl_status build_tile(fcl_context *ctx, int b, int v)
     return FCL_SUCCESS;
 }
 
-/* Bucket b's decode kernels of feature set v (one query head, and GQA groups), an extra:
- * where either does not fit, state -1 and the tile kernel serves. */
+/* Bucket b's decode kernels of feature set v (per K/V storage type, for one query head and
+ * for GQA groups), an extra: where one does not fit, state -1 and the tile kernel serves. */
 static fcl_status build_decode(fcl_context *ctx, int b, int v)
 {
     fcl_unit *u = &ctx->decode_unit[b][v];
-    cl_kernel *one = &ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v];
-    cl_kernel *groups = &ctx->attention_decode_groups[b][v];
+    cl_kernel(*kernels)[2] = ctx->attention_decode[b][v];
     const size_t dim = fcl_attention_bucket_dim(b);
-    const char *suffix = fcl_attention_variant_suffix(v);
     parts p = {0};
     p.decode[b] = 1u << v;
-    char name[48];
-    size_t wg;
-    cl_ulong local;
-    int fits = 0;
+    int fits = 1;
     fcl_status s = fcl_build_unit(ctx, u, program_source(&ctx->build.plan, &p));
-    snprintf(name, sizeof name, "attention_decode_d%zu%s", dim, suffix);
-    if (s == FCL_SUCCESS)
-        s = fcl_create_fitting(ctx, u->program, name, one, FA_DEC_LWS, &fits, &wg, &local);
-    snprintf(name, sizeof name, "attention_decode_d%zu%s_g%d", dim, suffix, FA_DEC_HEADS);
-    if (s == FCL_SUCCESS && fits)
-        s = fcl_create_fitting(ctx, u->program, name, groups, FA_DEC_LWS, &fits, &wg, &local);
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int g = 0; g < 2 && s == FCL_SUCCESS && fits; g++) {
+            char name[64], heads[8] = "";
+            size_t wg;
+            cl_ulong local;
+            if (g)
+                snprintf(heads, sizeof heads, "_g%d", FA_DEC_HEADS);
+            snprintf(name, sizeof name, "attention_decode_d%zu%s%s_%s", dim,
+                     fcl_attention_variant_suffix(v), heads, fcl_dtype_suffix[dt]);
+            s = fcl_create_fitting(ctx, u->program, name, &kernels[dt][g], FA_DEC_LWS, &fits,
+                                   &wg, &local);
+        }
     if (s == FCL_SUCCESS && fits) {
         u->state = 1;
         return s;
     }
-    fcl_release_kernel(one);
-    fcl_release_kernel(groups);
+    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+        for (int g = 0; g < 2; g++)
+            fcl_release_kernel(&kernels[dt][g]);
     fcl_release_unit(u);
     if (s == FCL_SUCCESS)
         u->state = -1;
@@ -607,8 +610,7 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
         if (!ctx->decode_unit[b][v].state)
             s = build_decode(ctx, b, v);
         if (ctx->decode_unit[b][v].state == 1)
-            *kernel = l->heads_step > 1 ? ctx->attention_decode_groups[b][v]
-                                        : ctx->attention[b][FCL_ATTENTION_PATH_DECODE][v];
+            *kernel = ctx->attention_decode[b][v][l->dtype_kv][l->heads_step > 1];
         break;
     case FCL_ATTENTION_PATH_ROWS:
         if (v != FCL_ATTENTION_ALL)
@@ -654,7 +656,9 @@ void fcl_release_kernels(fcl_context *ctx)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             for (int p = 0; p < 3; p++)
                 fcl_release_kernel(&ctx->attention[b][p][v]);
-            fcl_release_kernel(&ctx->attention_decode_groups[b][v]);
+            for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+                for (int g = 0; g < 2; g++)
+                    fcl_release_kernel(&ctx->attention_decode[b][v][dt][g]);
             fcl_release_unit(&ctx->tile_unit[b][v]);
             fcl_release_unit(&ctx->decode_unit[b][v]);
         }

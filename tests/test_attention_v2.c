@@ -302,6 +302,39 @@ static void test_gqa_decode_groups(void **state)
         }
 }
 
+/* Decoding in every K/V storage type, one head a step and GQA groups of 4, contiguous (both
+ * layouts) and paged (shuffled pages): the decode kernels are built per storage type and load
+ * 4 or 8 elements at once. Head dims (40, 24) below the bucket's, whose last loads lie past
+ * the row and are dropped; 12, which is no multiple of 8 (16-bit one-head decoding runs the
+ * tile kernel there); chunks of 128 keys with a partial last one, and key splits. */
+static void test_decode_storage_types(void **state)
+{
+    (void)state;
+    const size_t len_kv = support_small() ? 140 : 300; /* a simulator: fewer keys */
+    const int32_t lens[2] = {(int32_t)len_kv, 129};
+    static const size_t heads[2][2] = {{3, 3}, {8, 2}}, dims[2][2] = {{40, 24}, {12, 12}};
+    for (int dt = 0; dt < 3; dt++)
+        for (int h = 0; h < 2; h++)
+            for (int dim = 0; dim < 2; dim++)
+                for (int paged = 0; paged < 2; paged++) {
+                    attention_run r = {.d = {.batch = 2, .heads_q = heads[h][0],
+                                             .heads_kv = heads[h][1], .len_q = 1, .len_kv = len_kv,
+                                             .head_dim = dims[dim][0], .head_dim_v = dims[dim][1],
+                                             .layout = (fcl_layout)h, .dtype_kv = (fcl_dtype)dt,
+                                             .kv_splits = dim ? 2 : 0}};
+                    int32_t *table = NULL;
+                    if (paged) {
+                        r.d.page_size = 16;
+                        attention_paged_inputs(&r, lens, &table);
+                    } else {
+                        attention_contiguous_inputs(&r);
+                    }
+                    check_attention_run(&r);
+                    attention_free_inputs(&r);
+                    free(table);
+                }
+}
+
 static void test_combined(void **state)
 {
     (void)state;
@@ -541,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_sinks),
         cmocka_unit_test(test_mla_and_head_sizes),
         cmocka_unit_test(test_gqa_decode_groups),
+        cmocka_unit_test(test_decode_storage_types),
         cmocka_unit_test(test_combined),
         cmocka_unit_test(test_merge),
         cmocka_unit_test(test_bad_indices_and_features),

@@ -451,6 +451,33 @@ static void test_attention_splits(void **state)
     assert_true(l.work == 64 && l.splits == 8);
     assert_int_equal(fcl_plan_attention(&nv90, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 9);
+    /* From a paged cache, two waves (16 splits); multi-head decoding keeps its splits. */
+    fcl_attention_desc paged = gqa;
+    paged.page_size = 16;
+    assert_int_equal(fcl_plan_attention(&nv90, &paged, &l), FCL_SUCCESS);
+    assert_true(l.path == FCL_ATTENTION_PATH_DECODE && l.splits == 16);
+    paged.heads_kv = 32;
+    assert_int_equal(fcl_plan_attention(&nv90, &paged, &l), FCL_SUCCESS);
+    assert_int_equal(l.splits, 9);
+    /* The decode kernel loads 4 float32 or 8 16-bit elements at once (4 in its GQA build):
+     * head dims that are not multiples of that go to the tile kernel. */
+    static const struct {
+        size_t heads_kv, head_dim, head_dim_v;
+        fcl_dtype kv;
+        int decode;
+    } widths[] = {{32, 12, 12, FCL_DTYPE_F32, 1}, {32, 6, 128, FCL_DTYPE_F32, 0},
+                  {32, 128, 6, FCL_DTYPE_F32, 0}, {32, 16, 16, FCL_DTYPE_F16, 1},
+                  {32, 12, 12, FCL_DTYPE_BF16, 0}, {8, 12, 12, FCL_DTYPE_F16, 1},
+                  {8, 10, 12, FCL_DTYPE_F16, 0}};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        fcl_attention_desc w = d;
+        w.heads_kv = widths[i].heads_kv;
+        w.head_dim = widths[i].head_dim;
+        w.head_dim_v = widths[i].head_dim_v;
+        w.dtype_kv = widths[i].kv;
+        assert_int_equal(fcl_plan_attention(&nv90, &w, &l), FCL_SUCCESS);
+        assert_int_equal(l.path == FCL_ATTENTION_PATH_DECODE, widths[i].decode);
+    }
     /* The partials (256 rows of 130 floats a split) stay within a quarter of the largest
      * allocation: 3 splits fit in 4 x 3 splits' bytes, and none beside the output in less. */
     const size_t per_split = 8 * 32 * 130 * sizeof(float);
