@@ -115,7 +115,7 @@ struct fcl_context {
     int programs_built;
     fcl_unit softmax_unit, merge_unit;
     fcl_unit tile_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
-    fcl_unit decode_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
+    fcl_unit decode_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS][FCL_DTYPE_COUNT];
     fcl_unit rows_unit[FCL_ATTENTION_BUCKETS];
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where

@@ -1,7 +1,8 @@
 /* Program build: the source compiled for a device is a prelude of #defines planned from the
  * probed capabilities, then the embedded .cl files. Kernels are built on first use, a few to
  * a program (a unit): softmax in every storage type; the merge; per head-dim bucket and
- * feature set the tile kernel, and the decode kernels; per bucket the rows kernel. A fast
+ * feature set the tile kernel, and per K/V storage type the decode kernels; per bucket the
+ * rows kernel. A fast
  * path (NVIDIA's, src/nvidia.c) builds its own programs with the services here, reached
  * through fcl_fast_path. A context compiles only what its calls run. Each binary goes through
  * the on-disk cache of cache.c. Units are built, and the planner's fields in ctx->info they
@@ -73,6 +74,7 @@ typedef struct parts {
     int softmax, merge;
     unsigned tile[FCL_ATTENTION_BUCKETS];   /* bit v: the tile kernel of feature set v */
     unsigned decode[FCL_ATTENTION_BUCKETS]; /* bit v: the decode kernels of feature set v */
+    unsigned decode_types; /* bit t: ... of K/V storage type t; 0: of every type */
     unsigned rows;                          /* bit b: the rows kernel of bucket b */
 } parts;
 
@@ -98,7 +100,7 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
                      plan->attention_pv_vec, fcl_cl_attention_tile);
     }
     for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++)
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 2 && (!p->decode_types || p->decode_types >> dt & 1u); g++)
             fcl_text_add(t, "#define FA_DEC_G %d\n#define FA_DEC_DT %s\n#line 1 \"attention_decode.cl\"\n"
                             "%s\n#undef FA_DEC_G\n#undef FA_DEC_DT\n",
                          g ? FA_DEC_HEADS : 1, fcl_dtype_suffix[dt], fcl_cl_attention_decode);
@@ -525,36 +527,37 @@ static fcl_status build_tile(fcl_context *ctx, int b, int v)
     return FCL_SUCCESS;
 }
 
-/* Bucket b's decode kernels of feature set v (per K/V storage type, for one query head and
- * for GQA groups), an extra: where one does not fit, state -1 and the tile kernel serves. */
-static fcl_status build_decode(fcl_context *ctx, int b, int v)
+/* Bucket b's decode kernels of feature set v and K/V storage type dt (for one query head and
+ * for GQA groups), an extra: where one does not fit, state -1 and the tile kernel serves.
+ * A unit per storage type: a context builds only the types it decodes (POCL, all-feature
+ * kernels at head dim 64: about 12 s of compiling a type). */
+static fcl_status build_decode(fcl_context *ctx, int b, int v, fcl_dtype dt)
 {
-    fcl_unit *u = &ctx->decode_unit[b][v];
-    cl_kernel(*kernels)[2] = ctx->attention_decode[b][v];
+    fcl_unit *u = &ctx->decode_unit[b][v][dt];
+    cl_kernel *kernels = ctx->attention_decode[b][v][dt];
     const size_t dim = fcl_attention_bucket_dim(b);
     parts p = {0};
     p.decode[b] = 1u << v;
+    p.decode_types = 1u << dt;
     int fits = 1;
     fcl_status s = fcl_build_unit(ctx, u, program_source(&ctx->build.plan, &p));
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-        for (int g = 0; g < 2 && s == FCL_SUCCESS && fits; g++) {
-            char name[64], heads[8] = "";
-            size_t wg;
-            cl_ulong local;
-            if (g)
-                snprintf(heads, sizeof heads, "_g%d", FA_DEC_HEADS);
-            snprintf(name, sizeof name, "attention_decode_d%zu%s%s_%s", dim,
-                     fcl_attention_variant_suffix(v), heads, fcl_dtype_suffix[dt]);
-            s = fcl_create_fitting(ctx, u->program, name, &kernels[dt][g], FA_DEC_LWS, &fits,
-                                   &wg, &local);
-        }
+    for (int g = 0; g < 2 && s == FCL_SUCCESS && fits; g++) {
+        char name[64], heads[8] = "";
+        size_t wg;
+        cl_ulong local;
+        if (g)
+            snprintf(heads, sizeof heads, "_g%d", FA_DEC_HEADS);
+        snprintf(name, sizeof name, "attention_decode_d%zu%s%s_%s", dim,
+                 fcl_attention_variant_suffix(v), heads, fcl_dtype_suffix[dt]);
+        s = fcl_create_fitting(ctx, u->program, name, &kernels[g], FA_DEC_LWS, &fits, &wg,
+                               &local);
+    }
     if (s == FCL_SUCCESS && fits) {
         u->state = 1;
         return s;
     }
-    for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
-        for (int g = 0; g < 2; g++)
-            fcl_release_kernel(&kernels[dt][g]);
+    for (int g = 0; g < 2; g++)
+        fcl_release_kernel(&kernels[g]);
     fcl_release_unit(u);
     if (s == FCL_SUCCESS)
         u->state = -1;
@@ -607,9 +610,9 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
     case FCL_ATTENTION_PATH_DECODE:
         if (!fcl_decode_built_for(v))
             break;
-        if (!ctx->decode_unit[b][v].state)
-            s = build_decode(ctx, b, v);
-        if (ctx->decode_unit[b][v].state == 1)
+        if (!ctx->decode_unit[b][v][l->dtype_kv].state)
+            s = build_decode(ctx, b, v, l->dtype_kv);
+        if (ctx->decode_unit[b][v][l->dtype_kv].state == 1)
             *kernel = ctx->attention_decode[b][v][l->dtype_kv][l->heads_step > 1];
         break;
     case FCL_ATTENTION_PATH_ROWS:
@@ -656,11 +659,12 @@ void fcl_release_kernels(fcl_context *ctx)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             for (int p = 0; p < 3; p++)
                 fcl_release_kernel(&ctx->attention[b][p][v]);
-            for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++)
+            for (int dt = 0; dt < FCL_DTYPE_COUNT; dt++) {
                 for (int g = 0; g < 2; g++)
                     fcl_release_kernel(&ctx->attention_decode[b][v][dt][g]);
+                fcl_release_unit(&ctx->decode_unit[b][v][dt]);
+            }
             fcl_release_unit(&ctx->tile_unit[b][v]);
-            fcl_release_unit(&ctx->decode_unit[b][v]);
         }
         fcl_release_kernel(&ctx->attention_rows_one[b]);
         fcl_release_unit(&ctx->rows_unit[b]);
