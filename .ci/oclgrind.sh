@@ -21,8 +21,8 @@
 # (FLASHCL_TEST_ONLY) with the simulator as their device, in their small-size mode
 # (FLASHCL_TEST_SMALL=1, which leaves out rows over 65536 columns and gives MLA fewer keys):
 # the checks against the float64 reference with the hard cases (special values, magnitudes,
-# strides, masks, every dtype, causal, GQA and paged, decoding in every K/V type, varlen,
-# softcap, window, sinks, MLA, merging); the long rows and sequences run on POCL and rusticl.
+# strides, masks, every dtype, causal, GQA and paged, varlen, softcap, window, sinks, MLA,
+# merging); the long rows and sequences run on POCL and rusticl.
 # The test that gives the kernels bad device-side indices runs without the race check: the
 # clamped indices of overlapping sequences make work-groups write the same rows of out's
 # view, which is what clamping promises (no access outside a buffer), not a race to report.
@@ -65,7 +65,7 @@ softmax)
   ;;
 attention) FLASHCL_TEST_ONLY=test_causal,test_storage_types,test_nan_stays_in_its_row run attention test_attention ;;
 attention_v2)
-  FLASHCL_TEST_ONLY=test_paged,test_varlen,test_softcap,test_window,test_sinks,test_mla_and_head_sizes,test_decode_storage_types,test_combined,test_merge \
+  FLASHCL_TEST_ONLY=test_paged,test_varlen,test_softcap,test_window,test_sinks,test_mla_and_head_sizes,test_combined,test_merge \
     run attention_v2 test_attention_v2
   ;;
 clamps) races= FLASHCL_TEST_ONLY=test_device_clamps_bad_indices run clamps test_attention_v2 ;;

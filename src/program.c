@@ -2,11 +2,10 @@
  * probed capabilities, then the embedded .cl files. Kernels are built on first use, a few to
  * a program (a unit): softmax in every storage type; the merge; per head-dim bucket and
  * feature set the tile kernel, and per K/V storage type the decode kernels; per bucket the
- * rows kernel. A fast
- * path (NVIDIA's, src/nvidia.c) builds its own programs with the services here, reached
- * through fcl_fast_path. A context compiles only what its calls run. Each binary goes through
- * the on-disk cache of cache.c. Units are built, and the planner's fields in ctx->info they
- * set are written and read, under ctx->build_lock. */
+ * rows kernel. A fast path (NVIDIA's, src/nvidia.c) builds its own programs with the
+ * services here, reached through fcl_fast_path. A context compiles only what its calls run.
+ * Each binary goes through the on-disk cache of cache.c. Units are built, and the planner's
+ * fields in ctx->info they set are written and read, under ctx->build_lock. */
 #include "internal.h"
 
 #include <stdio.h>

@@ -310,7 +310,7 @@ static void test_gqa_decode_groups(void **state)
 static void test_decode_storage_types(void **state)
 {
     (void)state;
-    const size_t len_kv = support_small() ? 140 : 300; /* a simulator: fewer keys */
+    const size_t len_kv = support_small() ? 140 : 300; /* sanitizers: fewer keys */
     const int32_t lens[2] = {(int32_t)len_kv, 129};
     static const size_t heads[2][2] = {{3, 3}, {8, 2}}, dims[2][2] = {{40, 24}, {12, 12}};
     for (int dt = 0; dt < 3; dt++)
