@@ -3,9 +3,8 @@
  * bucket (FA_NAME, FA_D) beside the tile kernel; needs attention_common.cl. Compiled per
  * storage type of K and V (FA_DEC_DT: f32, f16 or bf16), so that a work-item loads vectors
  * of FA_DEC_W elements of it, and for each twice, after #define FA_DEC_G 1 and FA_DEC_G
- * FA_DEC_HEADS: a work-group
- * takes heads_step (<= FA_DEC_G) query heads that share a kv head (GQA), so their K and V
- * stream is read once, not once per head.
+ * FA_DEC_HEADS: a work-group takes heads_step (<= FA_DEC_G) query heads that share a kv
+ * head (GQA), so their K and V stream is read once, not once per head.
  *
  * The keys go by in chunks of FA_DEC_KEYS (one per work-item), each in three phases with a
  * barrier between them, so that a chunk costs a few barriers and no work-item sums long
@@ -282,7 +281,8 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
         __local float *sum_o = part;
         #pragma unroll
         for (uint j = 0; j < FA_DEC_G; j++) {
-            FCL_PASTE(vstore, FA_DEC_W)(o[j], 0, sum_o + (j * FA_DEC_R2 + r2) * FA_DEC_DV + c2 * FA_DEC_W);
+            FCL_PASTE(vstore, FA_DEC_W)(o[j], 0,
+                                        sum_o + (j * FA_DEC_R2 + r2) * FA_DEC_DV + c2 * FA_DEC_W);
             if (c2 == 0)
                 sum_l[j * FA_DEC_R2 + r2] = l[j];
         }
