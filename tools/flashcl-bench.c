@@ -26,12 +26,13 @@ static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
-    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN]]\n"
+    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
     "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
-    "  sN = N key splits (kv_splits) instead of the planner's;\n"
+    "  sN = N key splits (kv_splits) instead of the planner's, l = [batch][len][heads][dim]\n"
+    "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim];\n"
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n";
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
@@ -52,6 +53,7 @@ typedef struct bench_case {
     int varlen;  /* packed sequences of alternately len/2 and 3 len/2 tokens (batch even) */
     int mods;    /* MOD_*; softmax: MOD_ALIBI | MOD_SINKS is ggml's soft_max_ext (below) */
     size_t kv_splits; /* 0: the planner's */
+    int blhd; /* q, k, v and out [batch][len][heads][dim] (a paged cache's layout); else BHLD */
 } bench_case;
 
 typedef struct bench_result {
@@ -65,18 +67,18 @@ typedef struct bench_result {
 
 #define MAX_CASES 64
 #define S(r, c)                                                                                \
-    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0}
+    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0}
 #define A(b, h, lq, lk, d, c)                                                                  \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0}
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods, 0}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods, 0, 0}
 
 /* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
  * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
 #define SX(r, c, h)                                                                            \
     {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32,                   \
-     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0}
+     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0, 0}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -328,7 +330,8 @@ static fcl_attention_desc attention_desc(const bench_case *c)
                             .head_dim = c->head_dim, .head_dim_v = c->head_dim_v,
                             .causal = c->causal ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
                             .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype,
-                            .precision = c->precision, .kv_splits = c->kv_splits};
+                            .precision = c->precision, .kv_splits = c->kv_splits,
+                            .layout = c->blhd ? FCL_LAYOUT_BLHD : FCL_LAYOUT_BHLD};
     if (c->page_size) {
         d.page_size = c->page_size;
         d.block_table_stride = (c->len_kv + c->page_size - 1) / c->page_size;
@@ -584,11 +587,12 @@ static void describe(const bench_case *c, char *buf, size_t cap)
         snprintf(buf, cap, "softmax %s %zux%zu%s", chk_dtype_name(c->dtype), c->rows, c->cols,
                  c->mods ? " f16 mask/head alibi sinks" : "");
     else
-        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s",
+        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s%s",
                  c->precision == FCL_PRECISION_TF32 ? "tf32" : chk_dtype_name(c->dtype), c->batch,
                  c->heads, c->heads_kv ? "/" : "", c->heads_kv,
                  c->len_q, c->len_kv, c->head_dim, c->head_dim_v ? "/" : "", c->head_dim_v,
                  c->causal ? " causal" : "", c->page_size ? " paged" : "", c->page_size,
+                 c->blhd && !c->page_size ? " blhd" : "",
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
                  c->mods & MOD_SINKS ? " sinks" : "");
@@ -600,7 +604,7 @@ static fcl_dtype parse_dtype(const char *s)
                                                                           : FCL_DTYPE_F32;
 }
 
-/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN and ,sN in any order; 0 where
+/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN and ,l in any order; 0 where
  * malformed. */
 static int parse_attention(const char *arg, bench_case *c)
 {
@@ -617,6 +621,8 @@ static int parse_attention(const char *arg, bench_case *c)
         int n = 0;
         if (strncmp(p, ",c", 2) == 0 && (p[2] == ',' || !p[2]))
             c->causal = 1, p += 2;
+        else if (strncmp(p, ",l", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->blhd = 1, p += 2;
         else if ((sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size) ||
                  (sscanf(p, ",s%zu%n", &c->kv_splits, &n) == 1 && c->kv_splits))
             p += n;
