@@ -98,11 +98,14 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
                                                  tile->work_group_size),
                      plan->attention_pv_vec, fcl_cl_attention_tile);
     }
-    for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++)
-        for (int g = 0; g < 2 && (!p->decode_types || p->decode_types >> dt & 1u); g++)
+    for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++) {
+        if (p->decode_types && !(p->decode_types >> dt & 1u))
+            continue; /* a unit of other storage types */
+        for (int g = 0; g < 2; g++)
             fcl_text_add(t, "#define FA_DEC_G %d\n#define FA_DEC_DT %s\n#line 1 \"attention_decode.cl\"\n"
                             "%s\n#undef FA_DEC_G\n#undef FA_DEC_DT\n",
                          g ? FA_DEC_HEADS : 1, fcl_dtype_suffix[dt], fcl_cl_attention_decode);
+    }
     if (with_tile)
         fcl_text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
                         "#undef FA_PV_VEC\n");
