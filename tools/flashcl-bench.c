@@ -7,7 +7,9 @@
  * around the enqueue and the wait times the calls instead, and the output says so. The first
  * `warmup` calls are discarded and the median of `reps` is reported. Inputs rotate over
  * enough buffer sets to exceed the device's global-memory cache, so no call finds its
- * input cached by the previous one.
+ * input cached by the previous one; --hot keeps one set, for a like-for-like comparison
+ * with a peer that times the same tensors again (on a CPU whose last-level cache holds them,
+ * such a peer reads from the cache).
  *
  * The copy reference is the faster of a float4 copy kernel and the driver's own
  * clEnqueueCopyBuffer over the same bytes, so "% of copy" is never flattered.
@@ -24,7 +26,7 @@
 
 static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
-    "                     [--reps N] [--warmup N] [--softmax MxN]\n"
+    "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
@@ -33,7 +35,9 @@ static const char usage[] =
     "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
     "  sN = N key splits (kv_splits) instead of the planner's, l = [batch][len][heads][dim]\n"
     "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim];\n"
-    "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n";
+    "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
+    "  Inputs rotate over buffer sets that exceed the device's cache twice over; --hot\n"
+    "  runs every call on one set, as a peer that times the same tensors again does.\n";
 
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
 
@@ -133,6 +137,7 @@ typedef struct bench {
     cl_program copy_program;
     fcl_device_info info;
     int reps, warmup;
+    int hot;                /* one buffer set: inputs stay in the cache between calls */
     double copy_gbs;        /* of the case being measured: the faster copy */
     double copy_kernel_gbs; /* the copy kernel alone */
     fcl_attention_io aux;   /* the case's index, slope and sink buffers (q..lse unused) */
@@ -184,6 +189,8 @@ static int failed_because(bench *b, const char *what, const char *detail)
 /* Buffer sets to rotate through so that together they exceed the cache twice over. */
 static size_t rotation(const bench *b, size_t bytes_per_set)
 {
+    if (b->hot)
+        return 1;
     cl_ulong cache = 0;
     cl_device_id dev;
     fcl_context_get_cl(b->ctx, NULL, &dev, NULL);
@@ -663,6 +670,8 @@ int main(int argc, char **argv)
             json = 1;
         else if (strcmp(argv[a], "--csv") == 0)
             csv = 1;
+        else if (strcmp(argv[a], "--hot") == 0)
+            b.hot = 1;
         else if (next && strcmp(argv[a], "-d") == 0)
             opts.device = argv[++a];
         else if (next && strcmp(argv[a], "--preset") == 0)
@@ -728,14 +737,17 @@ int main(int argc, char **argv)
     const char *origin = b.info.program_from_cache ? "cache" : "compiled";
     if (json)
         printf("{\"device\": \"%s\", \"platform\": \"%s\", \"reps\": %d, "
-               "\"context_create_ms\": %.1f, \"kernels\": \"%s\", \"cases\": [\n",
-               b.info.name, b.info.platform_name, b.reps, create_ms, origin);
+               "\"context_create_ms\": %.1f, \"kernels\": \"%s\", \"inputs\": \"%s\", "
+               "\"cases\": [\n",
+               b.info.name, b.info.platform_name, b.reps, create_ms, origin,
+               b.hot ? "hot" : "rotated");
     else if (csv)
         printf("case,plan,ms,gbs,copy_gbs,copy_kernel_gbs,copy_pct,tflops,enqueue_ms\n");
     else
         printf("flashcl-bench on %s (%s); context created in %.1f ms (kernels %s); median of "
-               "%d after %d warm-up\n%-44s %-22s %10s %9s %9s %7s %8s %8s\n",
-               b.info.name, b.info.platform_name, create_ms, origin, b.reps, b.warmup, "case",
+               "%d after %d warm-up%s\n%-44s %-22s %10s %9s %9s %7s %8s %8s\n",
+               b.info.name, b.info.platform_name, create_ms, origin, b.reps, b.warmup,
+               b.hot ? "; inputs hot" : "", "case",
                "plan", "ms", "GB/s", "copy", "%copy", "TFLOP/s", "enq ms");
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
