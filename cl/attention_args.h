@@ -83,9 +83,14 @@
  * takes GQA groups (0 or 1): 16 bytes, or 8 in the GQA build of 16-bit types (NVIDIA H200:
  * 16 there were 25% slower); head dims a multiple of it (the planner sends others elsewhere) */
 #define FA_DEC_WIDTH(elem_bytes, groups) ((elem_bytes) == 2 && (groups) ? 4 : 16 / (elem_bytes))
-#define FA_ROWS_LANES 16       /* rows kernel: query rows a work-item, the lanes of its vectors */
-/* ... keys a block: half the device's vector width (FCL_VEC), so that the scores' FA_ROWS_KEYS
- * accumulators of FA_ROWS_LANES lanes fill about 8 of its registers */
+#define FA_ROWS_LANES 16       /* rows kernel: the lanes of a vector of query rows */
+/* ... vectors of query rows a work-item, by the device's vector width (FCL_VEC): 2 where a
+ * vector of 16 lanes is one register (AVX-512), so that each key element read feeds two FMAs,
+ * as it does where the vector takes two registers */
+#define FA_ROWS_VECS(vec) ((vec) >= 16 ? 2 : 1)
+#define FA_ROWS(vec) ((vec) >= 16 ? 32 : 16) /* ... query rows a work-item: lanes x vectors */
+/* ... keys a block: half the device's vector width, so that the scores' accumulators of one
+ * vector of rows fill about 8 of its registers */
 #define FA_ROWS_KEYS(vec) ((vec) > 4 ? (vec) / 2 : 2)
 #define FA_MERGE_LWS 64        /* merge kernels: work-items at most */
 #define FA_MAX_SPLITS 256      /* most key splits the merge takes */

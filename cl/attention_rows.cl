@@ -1,26 +1,32 @@
-/* Attention as a block of FA_ROWS_LANES query rows per work-item, compiled per head-dim
- * bucket (FA_NAME, FA_D); needs attention_common.cl. For devices whose local memory is
- * ordinary memory (CPU drivers such as POCL run a work-group as a loop and pay for every
- * barrier per work-item), and the fallback for a bucket whose tile does not fit a device.
+/* Attention as a block of FA_RN query rows per work-item, compiled per head-dim bucket
+ * (FA_NAME, FA_D); needs attention_common.cl. For devices whose local memory is ordinary
+ * memory (CPU drivers such as POCL run a work-group as a loop and pay for every barrier per
+ * work-item), and the fallback for a bucket whose tile does not fit a device.
  *
- * A work-item's rows are the lanes of its vectors: FA_ROWS_LANES / heads_step queries from q0
- * of each of heads_step query heads that share a kv head (GQA: their K and V are read once).
+ * A work-item's rows are the lanes of FA_RV vectors: FA_RN / heads_step queries from q0 of
+ * each of heads_step query heads that share a kv head (GQA: their K and V are read once).
  * Every product is a vector FMA across the rows, as in a CPU GEMM's micro-kernel:
  * - q is held transposed (qt.v[d]: dim d of every row), loaded once a step;
  * - a block of FA_RK keys is converted to float32 rows (kb, vb), once for all the rows;
- * - scores: s[j] += qt.v[d] * k_j[d], FA_RK independent accumulators;
+ * - scores: s[j] += qt.v[d] * k_j[d], FA_RK x FA_RV independent accumulators, each element of
+ *   k_j read once for the FA_RV vectors;
  * - the online softmax (docs/ALGORITHMS.md, section 4) runs lane by lane: no horizontal
  *   reduction anywhere;
  * - o: ot.v[d] = ot.v[d] * alpha + sum_j p[j] * v_j[d], four dims at a time.
  * FA_RK is half the device's vector width, so that the accumulators fill about 8 of its
- * registers (AVX2: 4 keys of two registers each; AVX-512: 8 of one). No barrier and no local
- * memory. Same arguments and results as the tile kernel (q_tiles counts blocks of
- * FA_ROWS_LANES / heads_step queries). */
+ * registers a vector of rows (AVX2: 4 keys of two registers each; AVX-512: 8 of one, and two
+ * vectors of rows). No barrier and no local memory. Same arguments and results as the tile
+ * kernel (q_tiles counts blocks of FA_RN / heads_step queries). */
 #ifndef FA_ROWS_HELPERS /* once, before the first bucket's kernel */
 #define FA_ROWS_HELPERS
 #define rowv float16 /* FA_ROWS_LANES lanes */
 #define introwv int16
 #define FA_RK FA_ROWS_KEYS(FCL_VEC)
+#define FA_RV FA_ROWS_VECS(FCL_VEC)
+#define FA_RN FA_ROWS(FCL_VEC)
+#if FA_RN != FA_ROWS_LANES * FA_RV
+#error "attention_rows.cl: FA_ROWS must be FA_ROWS_LANES x FA_ROWS_VECS"
+#endif
 
 /* The per-head view *wh of a step's work w: query head `head` of the step's heads, and that
  * head's q rows. (Written through a pointer: Oclgrind 21.10 cannot run the noalias scopes
@@ -51,25 +57,32 @@ FCL_INLINE void fa_rows_load_key(const fa_params *p, const fa_io *io, const fa_w
  * Hidden keys' scores are replaced afterwards. */
 FCL_INLINE void fa_rows_modify(const fa_params *p, const fa_io *io, const fa_work *w, ulong k0,
                                uint queries, const int *lo, const int *hi, const float *slope,
-                               introwv pos, rowv *s)
+                               const introwv *pos, rowv (*s)[FA_RV])
 {
     if (p->flags & FA_FLAG_SOFTCAP) {
         #pragma unroll
         for (uint j = 0; j < FA_RK; j++) /* fa_softcap on every lane */
-            s[j] = p->softcap - 2.0f * p->softcap / (exp2(s[j] * (2.0f * M_LOG2E_F)) + 1.0f);
+            #pragma unroll
+            for (uint h = 0; h < FA_RV; h++)
+                s[j][h] = p->softcap -
+                          2.0f * p->softcap / (exp2(s[j][h] * (2.0f * M_LOG2E_F)) + 1.0f);
     }
     if (p->flags & FA_FLAG_ALIBI) {
-        const rowv slopes = vload16(0, slope);
         #pragma unroll
-        for (uint j = 0; j < FA_RK; j++) /* |p(i) - j| as fa_alibi_distance */
-            s[j] -= slopes * convert_float16(abs(pos - (introwv)(int)(k0 + j)));
+        for (uint h = 0; h < FA_RV; h++) {
+            const rowv slopes = vload16(h, slope);
+            #pragma unroll
+            for (uint j = 0; j < FA_RK; j++) /* |p(i) - j| as fa_alibi_distance */
+                s[j][h] -= slopes * convert_float16(abs(pos[h] - (introwv)(int)(k0 + j)));
+        }
     }
     if (!(p->flags & FA_MASKS))
         return;
-    float sc[FA_RK][FA_ROWS_LANES];
+    float sc[FA_RK][FA_RN];
     for (uint j = 0; j < FA_RK; j++)
-        vstore16(s[j], 0, sc[j]);
-    for (uint r = 0; r < FA_ROWS_LANES; r++) {
+        for (uint h = 0; h < FA_RV; h++)
+            vstore16(s[j][h], h, sc[j]);
+    for (uint r = 0; r < FA_RN; r++) {
         fa_work wh;
         fa_rows_head(p, w, r / queries, &wh);
         const ulong qi = w->q0 + r % queries;
@@ -80,15 +93,16 @@ FCL_INLINE void fa_rows_modify(const fa_params *p, const fa_io *io, const fa_wor
         }
     }
     for (uint j = 0; j < FA_RK; j++)
-        s[j] = vload16(0, sc[j]);
+        for (uint h = 0; h < FA_RV; h++)
+            s[j][h] = vload16(h, sc[j]);
 }
 
 #endif
 
 /* Vectors d of the rows' dims, whose lanes are also written and read one at a time. */
 typedef union {
-    rowv v[FA_D];
-    float lane[FA_D * FA_ROWS_LANES];
+    rowv v[FA_D][FA_RV];
+    float lane[FA_D * FA_RN];
 } FCL_CAT(fa_lanes, FA_NAME);
 
 __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
@@ -98,17 +112,17 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
     FCL_CAT(fa_lanes, FA_NAME) ot; /* the rows' unnormalised outputs, transposed */
     float kb[FA_RK][FA_D], vb[FA_RK][FA_D]; /* a block of K and V rows in float32 */
     float row[FA_D];
-    int lo[FA_ROWS_LANES], hi[FA_ROWS_LANES]; /* each row's visible keys */
-    int at[FA_ROWS_LANES];                    /* ... and position p(i) among the keys */
-    float slope[FA_ROWS_LANES];               /* ... and ALiBi slope */
-    const uint heads = (uint)p->heads_step, queries = FA_ROWS_LANES / heads;
+    int lo[FA_RN], hi[FA_RN]; /* each row's visible keys */
+    int at[FA_RN];            /* ... and position p(i) among the keys */
+    float slope[FA_RN];       /* ... and ALiBi slope */
+    const uint heads = (uint)p->heads_step, queries = FA_RN / heads;
     const uint dim = (uint)p->head_dim, dim_v = (uint)p->head_dim_v;
     const uint dim_v4 = (dim_v + 3) / 4 * 4; /* V's dims to a multiple of 4, zeros past dim_v */
     const ulong steps = (ulong)p->q_tiles * p->batch * (p->heads_q / heads) * p->splits;
 
     for (ulong g = get_global_id(0); g < steps; g += get_global_size(0)) {
         const fa_work w = fa_locate(p, io, g, queries, heads);
-        for (uint r = 0; r < FA_ROWS_LANES; r++) {
+        for (uint r = 0; r < FA_RN; r++) {
             const ulong qi = w.q0 + r % queries;
             const int real = qi < w.s.len_q;
             fa_work wh;
@@ -116,7 +130,7 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
             fa_load_row(row, io->q, p->dtype_q, real ? fa_row(p, io, &wh.s.q, qi) : 0,
                         real ? dim : 0, dim);
             for (uint d = 0; d < dim; d++)
-                qt.lane[d * FA_ROWS_LANES + r] = row[d] * p->q_scale;
+                qt.lane[d * FA_RN + r] = row[d] * p->q_scale;
             const int2 vis = fa_visible_keys(p, &w, qi);
             lo[r] = vis.x;
             hi[r] = vis.y;
@@ -124,66 +138,98 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
             slope[r] = fa_slope(p, io, &wh.s);
         }
         for (uint d = 0; d < dim_v4; d++)
-            ot.v[d] = 0.0f;
-        const introwv row_lo = vload16(0, lo), row_hi = vload16(0, hi), pos = vload16(0, at);
-        rowv m = -INFINITY, l = 0.0f;
+            for (uint h = 0; h < FA_RV; h++)
+                ot.v[d][h] = 0.0f;
+        introwv row_lo[FA_RV], row_hi[FA_RV], pos[FA_RV];
+        rowv m[FA_RV], l[FA_RV];
+        #pragma unroll
+        for (uint h = 0; h < FA_RV; h++) {
+            row_lo[h] = vload16(h, lo);
+            row_hi[h] = vload16(h, hi);
+            pos[h] = vload16(h, at);
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+        }
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_RK) {
             for (uint j = 0; j < FA_RK; j++)
                 fa_rows_load_key(p, io, &w, k0 + j, dim, dim, kb[j], dim_v, dim_v4, vb[j]);
-            rowv s[FA_RK];
+            rowv s[FA_RK][FA_RV];
             #pragma unroll
             for (uint j = 0; j < FA_RK; j++)
-                s[j] = 0.0f;
-            for (uint d = 0; d < dim; d++) {
-                const rowv qd = qt.v[d];
                 #pragma unroll
-                for (uint j = 0; j < FA_RK; j++)
-                    s[j] = fma(qd, (rowv)kb[j][d], s[j]);
+                for (uint h = 0; h < FA_RV; h++)
+                    s[j][h] = 0.0f;
+            for (uint d = 0; d < dim; d++) {
+                rowv qd[FA_RV];
+                #pragma unroll
+                for (uint h = 0; h < FA_RV; h++)
+                    qd[h] = qt.v[d][h];
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++) {
+                    const rowv kd = (rowv)kb[j][d];
+                    #pragma unroll
+                    for (uint h = 0; h < FA_RV; h++)
+                        s[j][h] = fma(qd[h], kd, s[j][h]);
+                }
             }
             if (p->flags & FA_SCORE_MODIFIERS)
                 fa_rows_modify(p, io, &w, k0, queries, lo, hi, slope, pos, s);
+            rowv alpha[FA_RV];
             #pragma unroll
-            for (uint j = 0; j < FA_RK; j++) {
-                const introwv kj = (introwv)(int)(k0 + j);
-                s[j] = select(s[j], (rowv)(-INFINITY), kj < row_lo || kj > row_hi);
+            for (uint h = 0; h < FA_RV; h++) {
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++) {
+                    const introwv kj = (introwv)(int)(k0 + j);
+                    s[j][h] = select(s[j][h], (rowv)(-INFINITY), kj < row_lo[h] || kj > row_hi[h]);
+                }
+                /* Online statistics per lane: -inf contributes 0, NaN spreads. */
+                rowv m_new = m[h];
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++)
+                    m_new = fmax(m_new, s[j][h]);
+                alpha[h] = select(exp(m[h] - m_new), (rowv)1.0f, m_new == (rowv)(-INFINITY));
+                l[h] *= alpha[h];
+                #pragma unroll
+                for (uint j = 0; j < FA_RK; j++) {
+                    s[j][h] = select(exp(s[j][h] - m_new), (rowv)0.0f,
+                                     s[j][h] == (rowv)(-INFINITY));
+                    l[h] += s[j][h];
+                }
+                m[h] = m_new;
             }
-            /* Online statistics per lane: -inf contributes 0, NaN spreads. */
-            rowv m_new = m;
-            #pragma unroll
-            for (uint j = 0; j < FA_RK; j++)
-                m_new = fmax(m_new, s[j]);
-            const rowv alpha =
-                select(exp(m - m_new), (rowv)1.0f, m_new == (rowv)(-INFINITY));
-            l *= alpha;
-            #pragma unroll
-            for (uint j = 0; j < FA_RK; j++) {
-                s[j] = select(exp(s[j] - m_new), (rowv)0.0f, s[j] == (rowv)(-INFINITY));
-                l += s[j];
-            }
-            m = m_new;
             /* four dims at once: four chains of FMAs in flight, not one */
             for (uint d = 0; d < dim_v4; d += 4) {
-                rowv acc[4];
+                rowv acc[4][FA_RV];
                 #pragma unroll
                 for (uint e = 0; e < 4; e++)
-                    acc[e] = ot.v[d + e] * alpha;
+                    #pragma unroll
+                    for (uint h = 0; h < FA_RV; h++)
+                        acc[e][h] = ot.v[d + e][h] * alpha[h];
                 #pragma unroll
                 for (uint j = 0; j < FA_RK; j++) {
                     #pragma unroll
-                    for (uint e = 0; e < 4; e++)
-                        acc[e] = fma(s[j], (rowv)vb[j][d + e], acc[e]);
+                    for (uint e = 0; e < 4; e++) {
+                        const rowv vd = (rowv)vb[j][d + e];
+                        #pragma unroll
+                        for (uint h = 0; h < FA_RV; h++)
+                            acc[e][h] = fma(s[j][h], vd, acc[e][h]);
+                    }
                 }
                 #pragma unroll
                 for (uint e = 0; e < 4; e++)
-                    ot.v[d + e] = acc[e];
+                    #pragma unroll
+                    for (uint h = 0; h < FA_RV; h++)
+                        ot.v[d + e][h] = acc[e][h];
             }
         }
 
-        float row_m[FA_ROWS_LANES], row_l[FA_ROWS_LANES];
-        vstore16(m, 0, row_m);
-        vstore16(l, 0, row_l);
-        for (uint r = 0; r < FA_ROWS_LANES; r++) {
+        float row_m[FA_RN], row_l[FA_RN];
+        for (uint h = 0; h < FA_RV; h++) {
+            vstore16(m[h], h, row_m);
+            vstore16(l[h], h, row_l);
+        }
+        for (uint r = 0; r < FA_RN; r++) {
             const ulong qi = w.q0 + r % queries;
             if (qi >= w.s.len_q)
                 continue;
@@ -191,7 +237,7 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
             fa_rows_head(p, &w, r / queries, &wh);
             const fa_dest dst = fa_finish_row(p, io, &wh, qi, row_m[r], row_l[r], 1);
             for (uint d = 0; d < dim_v; d++)
-                fa_store(p, io, dst, d, ot.lane[d * FA_ROWS_LANES + r]);
+                fa_store(p, io, dst, d, ot.lane[d * FA_RN + r]);
         }
     }
 }

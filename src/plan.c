@@ -742,7 +742,7 @@ void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tun
             memset(tile, 0, sizeof *tile); /* the device prefers the rows kernel */
             tile->max_head_dim = fcl_attention_bucket_dim(b);
         }
-        tile->rows_block_q = FA_ROWS_LANES;
+        tile->rows_block_q = FA_ROWS(tuning->vector_width);
         /* decoding beside the tiles, where its work-groups fit (its kernels, built on first
          * use, may still not: then the tile serves) */
         tile->decode_block_kv = tile->block_q && device_limit >= FA_DEC_LWS ? FA_DEC_KEYS : 0;
@@ -816,14 +816,14 @@ static loop_cost tile_loop_cost(size_t dim, size_t bq, size_t bk, size_t group)
 }
 
 /* The rows kernel on a device of vector width vec: a step loads and transposes each of its
- * FA_ROWS_LANES rows' q, clears o and writes each row out; a block of FA_ROWS_KEYS(vec) keys
+ * FA_ROWS(vec) rows' q, clears o and writes each row out; a block of FA_ROWS_KEYS(vec) keys
  * loads their K and V rows, and its scores (dim x keys), modifiers (lanes x keys),
  * statistics and o (dim / 4 x 4 dims x keys) pass over the block. A block counts twice:
  * Mesa's llvmpipe ended this kernel's loops early with 1.2 times this count (head dims
  * 576 / 512, 300 keys in 25 splits: wrong results), not with twice. */
 static loop_cost rows_loop_cost(size_t dim, size_t vec)
 {
-    const size_t rk = FA_ROWS_KEYS(vec), lanes = FA_ROWS_LANES;
+    const size_t rk = FA_ROWS_KEYS(vec), lanes = FA_ROWS(vec);
     loop_cost c;
     c.per_step = lanes * (3 * dim + 8) + dim + 8;
     c.per_key_block = 2 * (rk * (2 * dim + 4) + dim * (1 + rk) + ceil_div(dim, 4) * (9 + 5 * rk) +

@@ -1,12 +1,14 @@
 /* Every kernel variant the planner can pick, once each on a small case, against the float64
  * reference: the softmax kernels (in registers, in local memory, online, split, per row) for
  * every storage type, in place and with the v0.2 modifiers; the attention tile, decode and
- * rows kernels of every head-dim bucket, plain and with every feature; split-KV with its merge
- * kernel; and fcl_attention_merge. Small enough to run under a simulator: .ci/oclgrind.sh runs
- * it under Oclgrind, which fails it on any out-of-bounds access or data race. */
+ * rows kernels of every head-dim bucket, plain and with every feature, and the rows kernel in
+ * its form for the other vector width; split-KV with its merge kernel; and
+ * fcl_attention_merge. Small enough to run under a simulator: .ci/oclgrind.sh runs it under
+ * Oclgrind, which fails it on any out-of-bounds access or data race. */
 #include "support.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static const fcl_softmax_algo algos[3] = {FCL_SOFTMAX_FUSED, FCL_SOFTMAX_ONLINE,
@@ -37,7 +39,7 @@ static void test_softmax_variants(void **state)
  * causality, split-KV), the score-modifier ones (float16 mask, softcap, ALiBi, window, sinks
  * on contiguous tensors) and the all-feature ones (paged, per-sequence lengths and the
  * modifiers). */
-static void attention_variants(size_t head_dim, size_t head_dim_v)
+static void attention_variants_on(fcl_context *ctx, size_t head_dim, size_t head_dim_v)
 {
     static const int32_t lens[2] = {20, 13};
     static const float sinks[2] = {0.5f, -1.0f};
@@ -51,7 +53,7 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT, r.d.kv_splits = 2, r.d.dtype_kv = FCL_DTYPE_F16;
         attention_contiguous_inputs(&r);
         attention_mask(&r, FCL_MASK_ADD_F32);
-        check_attention_run(&r);
+        check_attention_run_on(ctx, &r);
         attention_free_inputs(&r);
 
         r = (attention_run){.d = shape};
@@ -61,7 +63,7 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         attention_mask(&r, FCL_MASK_ADD_F16);
         r.io.sinks = sinks;
         r.io.alibi_slopes = slopes;
-        check_attention_run(&r);
+        check_attention_run_on(ctx, &r);
         attention_free_inputs(&r);
 
         r = (attention_run){.d = shape};
@@ -72,10 +74,15 @@ static void attention_variants(size_t head_dim, size_t head_dim_v)
         attention_paged_inputs(&r, lens, &table);
         r.io.sinks = sinks;
         r.io.alibi_slopes = slopes;
-        check_attention_run(&r);
+        check_attention_run_on(ctx, &r);
         attention_free_inputs(&r);
         free(table);
     }
+}
+
+static void attention_variants(size_t head_dim, size_t head_dim_v)
+{
+    attention_variants_on(support_ctx, head_dim, head_dim_v);
 }
 
 static void test_attention_variants(void **state)
@@ -85,6 +92,26 @@ static void test_attention_variants(void **state)
     attention_variants(128, 96);
     attention_variants(256, 256);
     attention_variants(576, 512);
+}
+
+/* The rows kernel with the other count of row vectors a work-item than this device's plan
+ * (FA_ROWS_VECS: two on devices with 16-wide vectors, one elsewhere), so that both forms run
+ * on every device here; attention_rows=1 takes it on GPUs too. */
+static void test_rows_vectors(void **state)
+{
+    (void)state;
+    const size_t width = support_info.softmax_vector_width >= 16 ? 8 : 16;
+    char tuning[64];
+    snprintf(tuning, sizeof tuning, "vector_width=%zu,attention_rows=1", width);
+    const fcl_context_options opts = {.tuning = tuning};
+    fcl_context *ctx = NULL;
+    assert_int_equal(fcl_context_create(&opts, &ctx), FCL_SUCCESS);
+    fcl_device_info info;
+    fcl_context_device_info(ctx, &info);
+    assert_int_equal(info.attention_tiles[0].rows_block_q, width >= 16 ? 32 : 16);
+    attention_variants_on(ctx, 64, 64);
+    attention_variants_on(ctx, 40, 24);
+    fcl_context_destroy(ctx);
 }
 
 /* fcl_attention_merge of two parts, one of them the output. */
@@ -135,6 +162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_softmax_variants),
         cmocka_unit_test(test_attention_variants),
+        cmocka_unit_test(test_rows_vectors),
         cmocka_unit_test(test_merge_variant),
     };
     return support_run_tests(tests);

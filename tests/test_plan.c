@@ -392,28 +392,36 @@ static void test_attention_refit(void **state)
 static void test_attention_splits(void **state)
 {
     (void)state;
-    /* CPUs: a block of 16 queries per work-item, one in each lane of its vectors, keys half
+    /* CPUs: a block of queries per work-item, one in each lane of its vectors of 16 (two
+     * vectors, 32 queries, with AVX-512's vector width of 16; one with AVX2's 8), keys half
      * the device's vector width at a time (AVX-512: 8), groups of one. */
-    fcl_device_info cpu = pocl_like();
+    fcl_device_info cpu = pocl_like(), avx2 = cpu;
+    avx2.preferred_vector_width_float = 8;
+    avx2 = built(avx2, 4096);
     fill_attention_tiles(&cpu);
+    fill_attention_tiles(&avx2);
     fcl_attention_desc prefill = {.batch = 1, .heads_q = 8, .heads_kv = 8, .len_q = 1024,
                                   .len_kv = 1024, .head_dim = 64, .head_dim_v = 64};
     fcl_attention_launch rows;
     assert_int_equal(fcl_plan_attention(&cpu, &prefill, &rows), FCL_SUCCESS);
     assert_true(rows.path == FCL_ATTENTION_PATH_ROWS && rows.work_group_size == 1);
-    assert_int_equal(rows.block_q, 16);
+    assert_int_equal(rows.block_q, 32);
     assert_int_equal(rows.block_kv, 8);
-    assert_int_equal(rows.q_tiles, 64);
+    assert_int_equal(rows.q_tiles, 32);
     assert_int_equal(rows.heads_step, 1);
+    assert_int_equal(fcl_plan_attention(&avx2, &prefill, &rows), FCL_SUCCESS);
+    assert_int_equal(rows.block_q, 16);
+    assert_int_equal(rows.block_kv, 4);
+    assert_int_equal(rows.q_tiles, 64);
     /* GQA: the lanes take the query heads of a kv head together, so that they read its K
-     * and V once: 4 heads of 4 queries, or decoding's 4 heads of the one query. */
+     * and V once: 4 heads of 8 queries, or decoding's 4 heads of the one query. */
     fcl_attention_desc gqa_prefill = prefill;
     gqa_prefill.heads_kv = 2;
     assert_int_equal(fcl_plan_attention(&cpu, &gqa_prefill, &rows), FCL_SUCCESS);
     assert_int_equal(rows.heads_step, 4);
-    assert_int_equal(rows.block_q, 4);
-    assert_int_equal(rows.q_tiles, 256);
-    assert_int_equal(rows.work, 256 * 2);
+    assert_int_equal(rows.block_q, 8);
+    assert_int_equal(rows.q_tiles, 128);
+    assert_int_equal(rows.work, 128 * 2);
     assert_false(rows.one_query);
     /* Decoding, up to 4 query rows: one query of the group's heads a step, keys a vector at
      * a time (the lanes would hold absent rows). */
