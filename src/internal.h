@@ -418,12 +418,11 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
  * (gqa_rows). */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
 /* Whether a tile of block_q queries in a work-group of work_group_size prefetches the next
- * K and V tiles (attention_tile.cl's FA_PREFETCH: two local buffers instead of one), where
- * the device's tuning allows it (fcl_tuning.attention_prefetch). */
+ * K and V tiles into registers (attention_tile.cl's FA_PREFETCH), where the device's tuning
+ * allows it (fcl_tuning.attention_prefetch). */
 int fcl_attention_tile_prefetch(int allowed, size_t block_q, size_t work_group_size);
 /* Local memory an attention tile uses (what attention_tile.cl declares). */
-size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
-                                 size_t work_group_size, int prefetch);
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv);
 
 typedef struct fcl_attention_launch {
     int bucket;

@@ -590,9 +590,8 @@ void fcl_attention_tile_shape(int candidate, size_t *block_q, size_t *block_kv)
  * and it owns at least this many query rows: the loads' latency was then what the tile
  * kernel waited for (H200, float32, the same kernel with and without: head dim 64, 64 x 16,
  * 21.9 and 20.1 TFLOP/s; 128, 32 x 16, 21.2 and 15.5). With fewer, each K and V element read
- * from local memory feeds too few products, and the larger tile that one shared buffer
- * leaves room for is worth more (head dim 256: 8 x 16 prefetching 6.8 TFLOP/s, 16 x 16
- * without 14.4). */
+ * from local memory feeds too few products (head dim 256: 8 x 16 prefetching 6.8 TFLOP/s,
+ * 16 x 16 without 14.4). */
 #define FCL_PREFETCH_MIN_ROWS 4
 
 int fcl_attention_tile_prefetch(int allowed, size_t block_q, size_t work_group_size)
@@ -601,13 +600,11 @@ int fcl_attention_tile_prefetch(int allowed, size_t block_q, size_t work_group_s
     return allowed && items_q && block_q / items_q >= FCL_PREFETCH_MIN_ROWS;
 }
 
-size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv,
-                                 size_t work_group_size, int prefetch)
+size_t fcl_attention_local_bytes(size_t dim, size_t block_q, size_t block_kv)
 {
-    /* q_tile and k_tile rows of dim + 4 floats (and v_tile's, prefetching), p_tile rows of
-     * block_kv + 4, and row_parts (8 + 1 per row). */
-    const size_t kv_tiles = fcl_attention_tile_prefetch(prefetch, block_q, work_group_size) ? 2 : 1;
-    return sizeof(float) * (block_q * (dim + 4) + kv_tiles * block_kv * (dim + 4) +
+    /* q_tile and the K/V tile's rows of dim + 4 floats, p_tile rows of block_kv + 4, and
+     * row_parts (8 + 1 per row). */
+    return sizeof(float) * (block_q * (dim + 4) + block_kv * (dim + 4) +
                             block_q * (block_kv + 4) + block_q * 9);
 }
 
@@ -633,10 +630,9 @@ size_t fcl_attention_tile_items_q(size_t work_group_size)
 }
 
 /* Local memory of a tile as the driver counts it (rusticl counts double, NVIDIA adds 4 bytes). */
-static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk,
-                                 size_t group, int prefetch)
+static cl_ulong tile_local_bytes(const fcl_device_info *info, size_t dim, size_t bq, size_t bk)
 {
-    return fcl_attention_local_bytes(dim, bq, bk, group, prefetch) *
+    return fcl_attention_local_bytes(dim, bq, bk) *
                (info->local_mem_scale ? info->local_mem_scale : 1) +
            info->local_mem_reserved;
 }
@@ -668,7 +664,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
                 size_t bq = tile_candidates[c][0], bk = tile_candidates[c][1];
                 if ((pass == 0 && !fcl_attention_tile_prefetch(prefetch, bq, tq * tk)) ||
                     bq % tq || bk % tk ||
-                    tile_local_bytes(info, dim, bq, bk, tq * tk, prefetch) > info->local_mem_size)
+                    tile_local_bytes(info, dim, bq, bk) > info->local_mem_size)
                     continue;
                 local_fits = 1;
                 if (tile_accumulators(dim, bq, bk, tq, tk) <= max_accumulators) {
@@ -689,7 +685,7 @@ void fcl_plan_attention_tile(const fcl_device_info *info, int bucket, int first,
     else if (!local_fits)
         snprintf(tile->rows_because, sizeof tile->rows_because,
                  "the smallest tile (%zu x %zu) needs %llu bytes of local memory, the device has %llu",
-                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk, fewest, prefetch),
+                 bq, bk, (unsigned long long)tile_local_bytes(info, dim, bq, bk),
                  (unsigned long long)info->local_mem_size);
     else
         snprintf(tile->rows_because, sizeof tile->rows_because,
@@ -706,8 +702,8 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
     int next = fcl_attention_tile_candidate(built.block_q, built.block_kv);
     size_t group = built.work_group_size;
     if (counted_local > info->local_mem_size) {
-        const cl_ulong declared = fcl_attention_local_bytes(
-            built.max_head_dim, built.block_q, built.block_kv, built.work_group_size, prefetch);
+        const cl_ulong declared =
+            fcl_attention_local_bytes(built.max_head_dim, built.block_q, built.block_kv);
         room.local_mem_size = info->local_mem_size * declared / counted_local;
         next++;
     } else {

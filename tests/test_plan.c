@@ -301,16 +301,16 @@ static void test_attention_tiles(void **state)
     assert_int_equal(cpu.attention_tiles[0].block_kv, 16);
     assert_int_equal(amd.attention_tiles[0].block_q, 32);
     assert_int_equal(amd.attention_tiles[0].block_kv, 32);
-    /* 48 KiB: at head_dim 128, 32 x 16 prefetching (32 x 32 would need 56.4 KB); at 256,
-     * 16 x 16 in one shared K/V buffer (two rows a work-item: no prefetching; 16 x 32 is
-     * 52.8 KB). */
+    /* 48 KiB: at head_dim 128, 32 x 32 prefetching (64 x 16 would need 48.5 KB); at 256,
+     * 16 x 16 (two rows a work-item: no prefetching; 16 x 32 is 52.8 KB). */
     assert_int_equal(nv.attention_tiles[1].block_q, 32);
-    assert_int_equal(nv.attention_tiles[1].block_kv, 16);
-    assert_true(fcl_attention_local_bytes(128, 32, 32, 64, 1) > 48 * 1024);
+    assert_int_equal(nv.attention_tiles[1].block_kv, 32);
+    assert_true(fcl_attention_tile_prefetch(1, 32, nv.attention_tiles[1].work_group_size));
+    assert_true(fcl_attention_local_bytes(128, 64, 16) > 48 * 1024);
     assert_int_equal(nv.attention_tiles[2].block_q, 16);
     assert_int_equal(nv.attention_tiles[2].block_kv, 16);
     assert_false(fcl_attention_tile_prefetch(1, 16, 64));
-    assert_true(fcl_attention_local_bytes(256, 16, 16, 64, 1) <= 48 * 1024);
+    assert_true(fcl_attention_local_bytes(256, 16, 16) <= 48 * 1024);
     /* 64 KiB (AMD) and POCL's 2 MiB hold 16 x 32 at head_dim 256; AMD, which prefetches
      * nothing, takes it at 128 too (before 32 x 16). */
     assert_int_equal(amd.attention_tiles[2].block_kv, 32);
@@ -368,14 +368,14 @@ static void test_attention_refit(void **state)
     fill_attention_tiles(&nv);
     const struct fcl_attention_tile built = nv.attention_tiles[0]; /* 64 x 32, 64 work-items */
     const cl_ulong declared =
-        fcl_attention_local_bytes(64, built.block_q, built.block_kv, built.work_group_size, 1);
+        fcl_attention_local_bytes(64, built.block_q, built.block_kv);
 
     struct fcl_attention_tile tile = built;
     fcl_plan_attention_refit(&nv, 0, 96, 1, built.work_group_size, 3 * declared, &tile);
     assert_int_equal(tile.block_q, 16);
     assert_int_equal(tile.block_kv, 32);
-    assert_true(3 * fcl_attention_local_bytes(64, tile.block_q, tile.block_kv,
-                                              tile.work_group_size, 1) <= nv.local_mem_size);
+    assert_true(3 * fcl_attention_local_bytes(64, tile.block_q, tile.block_kv) <=
+                nv.local_mem_size);
     assert_int_equal(tile.rows_block_q, built.rows_block_q);
 
     tile = built;
@@ -511,7 +511,7 @@ static void test_attention_splits(void **state)
     d.kv_splits = 7;
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 7);
-    d.len_kv = 24; /* two key tiles (of 16 at head_dim 128) */
+    d.len_kv = 48; /* two key tiles (of 32 at head_dim 128) */
     assert_int_equal(fcl_plan_attention(&nv, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 2);
 }
@@ -569,8 +569,7 @@ static void check_attention_runs(const fcl_device_info *i, size_t wg)
         fcl_tuning t; /* as fill_attention_tiles planned the tiles */
         assert_int_equal(fcl_tuning_for(NULL, i, NULL, &t), FCL_SUCCESS);
         if (l.path == FCL_ATTENTION_PATH_TILE)
-            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv,
-                                                  l.work_group_size, t.attention_prefetch) *
+            assert_true(fcl_attention_local_bytes(tile->max_head_dim, l.block_q, l.block_kv) *
                                 i->local_mem_scale + i->local_mem_reserved <=
                         i->local_mem_size);
         assert_true(l.splits >= 1 && l.splits <= FA_MAX_SPLITS && l.split_len * l.splits >= d.len_kv);
