@@ -12,8 +12,8 @@
 #      work-items), split-KV and the merge kernels;
 #   local128k: 128 KiB of local memory, where tiles and decode kernels fit every head dim
 #      (576 as well), and softmax on one work-item per row (FLASHCL_TUNE), as CPUs run it,
-#      with the tiles that prefetch K and V (as on NVIDIA; the planner's CPU entry
-#      prefetches nothing);
+#      with the tiles that prefetch K and V, 48 elements of each a work-item (as on NVIDIA;
+#      the planner's CPU entry prefetches nothing);
 #   group32, group16: 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's
 #      llvmpipe; the prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE; with 16,
 #      no tile fits head dim 576, and the rows kernel and its decoding form run there.
@@ -56,7 +56,7 @@ run() { # name, program, then oclgrind options
 export FLASHCL_TEST_SMALL=1
 case $mode in
 simulator) run simulator test_kernel_variants ;;
-local128k) FLASHCL_TUNE=softmax_rows=1,attention_prefetch=1 run local128k test_kernel_variants --local-mem-size 131072 ;;
+local128k) FLASHCL_TUNE=softmax_rows=1,attention_prefetch=1,attention_prefetch_items=48 run local128k test_kernel_variants --local-mem-size 131072 ;;
 group32) FLASHCL_TUNE=attention_group=32,attention_prefetch=1 run group32 test_kernel_variants --local-mem-size 131072 ;;
 group16) FLASHCL_TUNE=attention_group=16 run group16 test_kernel_variants --local-mem-size 131072 ;;
 softmax)

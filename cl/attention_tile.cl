@@ -9,6 +9,8 @@
  *   FA_PREFETCH  1: each K and V tile fetched into registers during the product before
  *            its use; 0: each loaded when it is needed (fcl_attention_tile_prefetch says
  *            which). K and V take turns in one local buffer either way.
+ *   FA_PF_MAX    elements of each fetched tile a work-item holds at most (the device
+ *            table's attention_prefetch_items); the rest is loaded when the tile is stored
  *   FA_PV_VEC    1: o += P V reads p as float4s of 4 keys (the device table's choice)
  * Needs attention_common.cl. A work-group of FA_TQ x FA_TK work-items owns FA_BQ query rows
  * of one (batch, head): the scaled Q tile stays in local memory, K and V tiles stream
@@ -35,18 +37,45 @@
  * must be registers, and an array indexed in a loop the compiler did not unroll goes to
  * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
 
-/* tile[c][d] = factor * element d of row row0 + c of r, for c < rows and d < FA_D; zero at
- * or past row_end or dim: the score and output loops run over all FA_D columns. The tile
- * indices are 32-bit with FA_D a constant, and each work-item issues FA_LOAD_BATCH loads
- * before storing any (loads that wait for one another cost a memory latency each). dtype is
- * a constant in each call below, so no branch is left between the loads either. rows * FA_D
- * is a multiple of the batch (tiles of 8 or more rows, FA_D >= 64). */
+/* at[c] = the element where row row0 + c of r starts, for the FA_BK rows of a K or V tile
+ * below row_end, where the kernel lists them (at is not NULL): a paged cache's block-table
+ * read and division once a row of a tile, not once an element each work-item loads (paged
+ * prefill at head dim 128 ran at 40% of the contiguous speed with them per element). */
+FCL_INLINE void FCL_CAT(fa_tile_rows, FA_NAME)(__local ulong *at, const fa_params *p,
+                                              const fa_io *io, const fa_rows *r, ulong row0,
+                                              ulong row_end)
+{
+    if (!at)
+        return;
+    #pragma unroll
+    for (uint i = 0; i < (FA_BK + FA_TQ * FA_TK - 1) / (FA_TQ * FA_TK); i++) {
+        const uint c = get_local_id(0) + i * FA_TQ * FA_TK;
+        if (c < FA_BK && row0 + c < row_end)
+            at[c] = fa_row(p, io, r, row0 + c);
+    }
+}
+
+/* Where row row0 + c of r starts: from at (fa_tile_rows), or computed where at is NULL. */
+FCL_INLINE ulong FCL_CAT(fa_tile_row, FA_NAME)(const fa_params *p, const fa_io *io,
+                                               const fa_rows *r, __local const ulong *at,
+                                               ulong row0, uint c)
+{
+    return at ? at[c] : fa_row(p, io, r, row0 + c);
+}
+
+/* tile[c][d] = factor * element d of row row0 + c of r (at: fa_tile_row), for c < rows and
+ * d < FA_D; zero at or past row_end or dim: the score and output loops run over all FA_D
+ * columns. The tile indices are 32-bit with FA_D a constant, and each work-item issues
+ * FA_LOAD_BATCH loads before storing any (loads that wait for one another cost a memory
+ * latency each). dtype is a constant in each call below, so no branch is left between the
+ * loads either. rows * FA_D is a multiple of the batch (tiles of 8 or more rows, FA_D >= 64). */
 #define FA_LOAD_BATCH 8
 FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
                                                const fa_params *p, const fa_io *io,
                                                __global const void *src, const uint dtype,
-                                               const fa_rows *r, ulong row0,
-                                               ulong row_end, uint dim, float factor, uint first)
+                                               const fa_rows *r, __local const ulong *at,
+                                               ulong row0, ulong row_end, uint dim, float factor,
+                                               uint first)
 {
     for (uint e0 = first + get_local_id(0); e0 < rows * FA_D; e0 += FA_LOAD_BATCH * FA_TQ * FA_TK) {
         float x[FA_LOAD_BATCH];
@@ -54,7 +83,8 @@ FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], u
         for (uint i = 0; i < FA_LOAD_BATCH; i++) {
             const uint e = e0 + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
             const int inside = row0 + c < row_end && d < dim;
-            x[i] = fcl_load_any(src, dtype, inside ? fa_row(p, io, r, row0 + c) + d : 0);
+            const ulong at_row = inside ? FCL_CAT(fa_tile_row, FA_NAME)(p, io, r, at, row0, c) : 0;
+            x[i] = fcl_load_any(src, dtype, inside ? at_row + d : 0);
             x[i] = inside ? factor * x[i] : 0.0f;
         }
         #pragma unroll
@@ -68,18 +98,18 @@ FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], u
 FCL_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
                                               const fa_params *p, const fa_io *io,
                                               __global const void *src, uint dtype,
-                                              const fa_rows *r, ulong row0,
-                                              ulong row_end, uint dim, float factor)
+                                              const fa_rows *r, __local const ulong *at,
+                                              ulong row0, ulong row_end, uint dim, float factor)
 {
     if (dtype == FCL_DTYPE_F32)
-        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F32, r, row0, row_end, dim,
-                                        factor, 0);
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F32, r, at, row0,
+                                        row_end, dim, factor, 0);
     else if (dtype == FCL_DTYPE_F16)
-        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F16, r, row0, row_end, dim,
-                                        factor, 0);
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F16, r, at, row0,
+                                        row_end, dim, factor, 0);
     else
-        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_BF16, r, row0, row_end, dim,
-                                        factor, 0);
+        FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_BF16, r, at, row0,
+                                        row_end, dim, factor, 0);
 }
 
 /* FA_PREFETCH: the next K or V tile is fetched into registers before the work that precedes
@@ -87,38 +117,40 @@ FCL_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], ui
  * work-item (all of them where a tile holds at most FA_PF_MAX per work-item); fa_put stores
  * them and loads the rest at once. */
 #define FA_KV_ITEMS (FA_BK * FA_D / (FA_TQ * FA_TK))
-#define FA_PF_MAX 32
 #define FA_PF (FA_KV_ITEMS < FA_PF_MAX ? FA_KV_ITEMS : FA_PF_MAX)
 FCL_INLINE void FCL_CAT(fa_fetch_typed, FA_NAME)(float *x, const fa_params *p, const fa_io *io,
                                                 __global const void *src, const uint dtype,
-                                                const fa_rows *r, ulong row0, ulong row_end,
-                                                uint dim)
+                                                const fa_rows *r, __local const ulong *at,
+                                                ulong row0, ulong row_end, uint dim)
 {
     #pragma unroll
     for (uint i = 0; i < FA_PF; i++) {
         const uint e = get_local_id(0) + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
         const int inside = row0 + c < row_end && d < dim;
-        x[i] = fcl_load_any(src, dtype, inside ? fa_row(p, io, r, row0 + c) + d : 0);
+        x[i] = fcl_load_any(src, dtype,
+                            inside ? FCL_CAT(fa_tile_row, FA_NAME)(p, io, r, at, row0, c) + d : 0);
         x[i] = inside ? x[i] : 0.0f;
     }
 }
 
 FCL_INLINE void FCL_CAT(fa_fetch, FA_NAME)(float *x, const fa_params *p, const fa_io *io,
                                           __global const void *src, uint dtype, const fa_rows *r,
-                                          ulong row0, ulong row_end, uint dim)
+                                          __local const ulong *at, ulong row0, ulong row_end,
+                                          uint dim)
 {
     if (dtype == FCL_DTYPE_F32)
-        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F32, r, row0, row_end, dim);
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F32, r, at, row0, row_end, dim);
     else if (dtype == FCL_DTYPE_F16)
-        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F16, r, row0, row_end, dim);
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_F16, r, at, row0, row_end, dim);
     else
-        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_BF16, r, row0, row_end, dim);
+        FCL_CAT(fa_fetch_typed, FA_NAME)(x, p, io, src, FCL_DTYPE_BF16, r, at, row0, row_end, dim);
 }
 
 FCL_INLINE void FCL_CAT(fa_put, FA_NAME)(__local float (*tile)[FA_ROW], const float *x,
                                         const fa_params *p, const fa_io *io,
                                         __global const void *src, uint dtype, const fa_rows *r,
-                                        ulong row0, ulong row_end, uint dim)
+                                        __local const ulong *at, ulong row0, ulong row_end,
+                                        uint dim)
 {
     #pragma unroll
     for (uint i = 0; i < FA_PF; i++) {
@@ -128,14 +160,14 @@ FCL_INLINE void FCL_CAT(fa_put, FA_NAME)(__local float (*tile)[FA_ROW], const fl
     if (FA_PF < FA_KV_ITEMS) {
         const uint first = FA_PF * FA_TQ * FA_TK;
         if (dtype == FCL_DTYPE_F32)
-            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F32, r, row0,
-                                            row_end, dim, 1.0f, first);
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F32, r, at,
+                                            row0, row_end, dim, 1.0f, first);
         else if (dtype == FCL_DTYPE_F16)
-            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F16, r, row0,
-                                            row_end, dim, 1.0f, first);
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_F16, r, at,
+                                            row0, row_end, dim, 1.0f, first);
         else
-            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_BF16, r, row0,
-                                            row_end, dim, 1.0f, first);
+            FCL_CAT(fa_load_typed, FA_NAME)(tile, FA_BK, p, io, src, FCL_DTYPE_BF16, r, at,
+                                            row0, row_end, dim, 1.0f, first);
     }
 }
 #undef FA_LOAD_BATCH
@@ -151,6 +183,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __local float (*const v_tile)[FA_ROW] = k_tile;
     __local float p_tile[FA_BQ][FA_PROW] __attribute__((aligned(16)));
     __local float row_parts[FA_BQ][FA_TK + 1]; /* per row, one value per work-item column */
+    /* Where the rows of the next K and V tiles start, listed during the tile before
+     * (fa_tile_rows) by prefetching tiles that read a paged cache. The first tile of a step
+     * computes them as it loads, as do the other calls: unpaged ones, where a row costs a
+     * multiply-add, and tiles without prefetching, whose listing POCL 3.1 miscompiles (wrong
+     * results on the CPU, where Oclgrind finds no race; so does a barrier more ahead of the
+     * first tile, with which its work-group compiler also aborts). */
+    __local ulong k_rows[FA_BK], v_rows[FA_BK];
+    const int listed = FA_PREFETCH && (p->flags & FA_FLAG_PAGED);
+    __local ulong *const k_list = listed ? k_rows : 0, *const v_list = listed ? v_rows : 0;
     const uint lid = get_local_id(0), tq = lid / FA_TK, tk = lid % FA_TK;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
 
@@ -160,8 +201,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         if (q0 >= len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
 
-        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, p, io, io->q, p->dtype_q, &w.s.q, q0, len_q,
-                                       (uint)p->head_dim, p->q_scale);
+        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, p, io, io->q, p->dtype_q, &w.s.q, 0, q0,
+                                       len_q, (uint)p->head_dim, p->q_scale);
         /* Each work-item keeps the running max of its rows (the same in the FA_TK work-items
          * of a row) and the sum over its own columns; the sums are added up at the end. */
         float m_run[FA_SQ], l_own[FA_SQ];
@@ -177,21 +218,27 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint j = 0; j < FA_SD4; j++)
                 o[i][j] = 0.0f;
 #if FA_PREFETCH
-        FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, w.kv_begin,
-                                       w.kv_end, (uint)p->head_dim, 1.0f);
+        FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, 0,
+                                       w.kv_begin, w.kv_end, (uint)p->head_dim, 1.0f);
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_BK) {
+            const ulong k1 = k0 + FA_BK;
 #if FA_PREFETCH
+            /* The V tile's rows: listed, except in a step's first tile */
+            __local const ulong *const v_at = k0 == w.kv_begin ? 0 : v_list;
             float vx[FA_PF]; /* the V tile's, while the scores are computed */
-            FCL_CAT(fa_fetch, FA_NAME)(vx, p, io, io->v, p->dtype_kv, &w.s.v, k0, w.kv_end,
+            FCL_CAT(fa_fetch, FA_NAME)(vx, p, io, io->v, p->dtype_kv, &w.s.v, v_at, k0, w.kv_end,
                                        (uint)p->head_dim_v);
 #else
-            FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, k0,
-                                           w.kv_end, (uint)p->head_dim, 1.0f);
+            FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, 0,
+                                           k0, w.kv_end, (uint)p->head_dim, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
 #endif
+            /* The next K tile's rows: the list was last read before the previous tile's last
+             * barrier, and is read after the next barrier. */
+            FCL_CAT(fa_tile_rows, FA_NAME)(k_list, p, io, &w.s.k, k1, w.kv_end);
 
             /* Scores of this work-item's FA_SQ x FA_SK block, then the modifiers. */
             float s[FA_SQ][FA_SK];
@@ -303,16 +350,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             /* Every read of the K tile was done before the barrier above: the V tile may
              * take its place. */
 #if FA_PREFETCH
-            const ulong k1 = k0 + FA_BK;
-            FCL_CAT(fa_put, FA_NAME)(v_tile, vx, p, io, io->v, p->dtype_kv, &w.s.v, k0, w.kv_end,
-                                     (uint)p->head_dim_v);
+            FCL_CAT(fa_put, FA_NAME)(v_tile, vx, p, io, io->v, p->dtype_kv, &w.s.v, v_at, k0,
+                                     w.kv_end, (uint)p->head_dim_v);
             float kx[FA_PF]; /* the next K tile's, while o += P V */
             if (k1 < w.kv_end)
-                FCL_CAT(fa_fetch, FA_NAME)(kx, p, io, io->k, p->dtype_kv, &w.s.k, k1, w.kv_end,
-                                           (uint)p->head_dim);
+                FCL_CAT(fa_fetch, FA_NAME)(kx, p, io, io->k, p->dtype_kv, &w.s.k, k_list, k1,
+                                           w.kv_end, (uint)p->head_dim);
 #else
-            FCL_CAT(fa_load_tile, FA_NAME)(v_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, k0,
-                                           w.kv_end, (uint)p->head_dim_v, 1.0f);
+            FCL_CAT(fa_load_tile, FA_NAME)(v_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, 0,
+                                           k0, w.kv_end, (uint)p->head_dim_v, 1.0f);
 #endif
             barrier(CLK_LOCAL_MEM_FENCE); /* p_tile and the V tile are whole */
 
@@ -362,10 +408,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 }
             }
 #endif
+            /* The next V tile's rows: the list was read before the barrier ahead of P V. */
+            FCL_CAT(fa_tile_rows, FA_NAME)(v_list, p, io, &w.s.v, k1, w.kv_end);
 #if FA_PREFETCH
             barrier(CLK_LOCAL_MEM_FENCE); /* P V's reads of the V tile are done */
             if (k1 < w.kv_end)
-                FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k1,
+                FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k_list, k1,
                                          w.kv_end, (uint)p->head_dim);
 #endif
             barrier(CLK_LOCAL_MEM_FENCE); /* P V's reads are done (and the next K tile whole) */
@@ -406,5 +454,4 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_ROW
 #undef FA_PROW
 #undef FA_KV_ITEMS
-#undef FA_PF_MAX
 #undef FA_PF

@@ -59,6 +59,7 @@ typedef struct fcl_scratch {
  * the compiled kernels report (program.c). */
 typedef struct fcl_kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
+    size_t attention_prefetch_items;
     int force_inline, attention_pv_vec, attention_prefetch;
     /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
      * the rows kernel (a block of queries per work-item) serves that bucket. */
@@ -311,7 +312,9 @@ typedef struct fcl_tuning {
     size_t attention_group;    /* most work-items of a tile work-group (16, 32, 64); 0: as
                                   many as the kernels allow */
     int attention_pv_vec;      /* the tile kernel's o += P V reads p 4 keys at a time */
-    int attention_prefetch;    /* ... and may prefetch the next K and V tiles */
+    int attention_prefetch;    /* ... and may prefetch the next K and V tiles, */
+    size_t attention_prefetch_items; /* ... holding up to this many elements of each a
+                                        work-item in registers (16, 32, 48 or 64) */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
@@ -321,10 +324,10 @@ typedef struct fcl_tuning {
 void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
 /* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
- * attention_prefetch=0|1, attention_pv_vec=0|1, attention_mma=0|1, softmax_nv=0|1) to t and
- * names where (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad
- * override is FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the
- * thread if NULL). */
+ * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
+ * attention_mma=0|1, softmax_nv=0|1) to t and names where (FLASHCL_TUNE, options.tuning) in
+ * t->source; NULL or "" changes nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a
+ * sentence naming where (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
                             const char *where);
 /* Defaults for info's device with FLASHCL_TUNE's overrides applied. */

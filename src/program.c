@@ -91,12 +91,13 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
     if (with_tile) {
         size_t items_q = fcl_attention_tile_items_q(tile->work_group_size);
         fcl_text_add(t, "#define FA_BQ %zu\n#define FA_BK %zu\n#define FA_TQ %zu\n#define FA_TK %zu\n"
-                        "#define FA_PREFETCH %d\n#define FA_PV_VEC %d\n"
+                        "#define FA_PREFETCH %d\n#define FA_PF_MAX %zu\n#define FA_PV_VEC %d\n"
                         "#line 1 \"attention_tile.cl\"\n%s\n",
                      tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
                      fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
                                                  tile->work_group_size),
-                     plan->attention_pv_vec, fcl_cl_attention_tile);
+                     plan->attention_prefetch_items, plan->attention_pv_vec,
+                     fcl_cl_attention_tile);
     }
     for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++) {
         if (p->decode_types && !(p->decode_types >> dt & 1u))
@@ -108,7 +109,7 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
     }
     if (with_tile)
         fcl_text_add(t, "#undef FA_BQ\n#undef FA_BK\n#undef FA_TQ\n#undef FA_TK\n#undef FA_PREFETCH\n"
-                        "#undef FA_PV_VEC\n");
+                        "#undef FA_PF_MAX\n#undef FA_PV_VEC\n");
     fcl_text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
@@ -684,6 +685,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.force_inline = tuning->force_inline;
     plan.attention_pv_vec = tuning->attention_pv_vec;
     plan.attention_prefetch = tuning->attention_prefetch;
+    plan.attention_prefetch_items = tuning->attention_prefetch_items;
     fcl_plan_attention_tiles(info, tuning, plan.tile);
     return plan;
 }

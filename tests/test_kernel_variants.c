@@ -41,7 +41,9 @@ static void test_softmax_variants(void **state)
  * modifiers). */
 static void attention_variants_on(fcl_context *ctx, size_t head_dim, size_t head_dim_v)
 {
-    static const int32_t lens[2] = {20, 13};
+    /* The paged sequences span two or more key tiles of every size (the tile kernel lists the
+     * rows of each tile after the first: fa_tile_rows). */
+    static const int32_t lens[2] = {70, 13};
     static const float sinks[2] = {0.5f, -1.0f};
     float slopes[2];
     assert_int_equal(fcl_alibi_slopes(2, 8.0f, slopes), FCL_SUCCESS);
@@ -68,7 +70,7 @@ static void attention_variants_on(fcl_context *ctx, size_t head_dim, size_t head
 
         r = (attention_run){.d = shape};
         r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT, r.d.page_size = 16, r.d.softcap = 10.0f;
-        r.d.window = 1, r.d.window_left = 11;
+        r.d.len_kv = 70, r.d.window = 1, r.d.window_left = 50;
         r.d.dtype_q = FCL_DTYPE_BF16, r.d.dtype_o = FCL_DTYPE_F16;
         int32_t *table;
         attention_paged_inputs(&r, lens, &table);

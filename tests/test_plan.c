@@ -373,7 +373,7 @@ static void test_attention_refit(void **state)
     struct fcl_attention_tile tile = built;
     fcl_plan_attention_refit(&nv, 0, 96, 1, built.work_group_size, 3 * declared, &tile);
     assert_int_equal(tile.block_q, 16);
-    assert_int_equal(tile.block_kv, 32);
+    assert_int_equal(tile.block_kv, 16); /* 16 x 32 counts 49.3 KB three times */
     assert_true(3 * fcl_attention_local_bytes(64, tile.block_q, tile.block_kv) <=
                 nv.local_mem_size);
     assert_int_equal(tile.rows_block_q, built.rows_block_q);
@@ -772,16 +772,21 @@ static void test_tuning(void **state)
     assert_int_equal(t.softmax_nv, 0);
     /* The tile kernel's switches: the device table's, then FLASHCL_TUNE's. */
     assert_int_equal(t.attention_prefetch, 0);
+    assert_int_equal(t.attention_prefetch_items, 32);
     assert_int_equal(fcl_tuning_for(NULL, &nv, NULL, &t), FCL_SUCCESS);
     assert_true(t.attention_prefetch && t.attention_pv_vec);
-    assert_int_equal(fcl_tuning_for(NULL, &nv, "attention_prefetch=0,attention_pv_vec=0", &t),
+    assert_int_equal(t.attention_prefetch_items, 48);
+    assert_int_equal(fcl_tuning_for(NULL, &nv, "attention_prefetch=0,attention_pv_vec=0,"
+                                                "attention_prefetch_items=64", &t),
                      FCL_SUCCESS);
     assert_true(!t.attention_prefetch && !t.attention_pv_vec);
+    assert_int_equal(t.attention_prefetch_items, 64);
     const char *bad[] = {"softmax_wg=100", "vector_width=2", "attention_tile=12x12", "colour=blue",
                          "attention_mma=2", "softmax_nv=2",
                          "softmax_rows=2", "attention_rows=x", "attention_group=8",
                          "softmax_wg", "softmax_wg=64x", "vector_width=4,,zz=1",
-                         "attention_prefetch=2", "attention_pv_vec=-1"};
+                         "attention_prefetch=2", "attention_pv_vec=-1",
+                         "attention_prefetch_items=40", "attention_prefetch_items=0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(fcl_tuning_for(NULL, &cpu, bad[i], &t), FCL_ERROR_INVALID_ARGUMENT);
         assert_non_null(strstr(fcl_context_last_error(NULL), "FLASHCL_TUNE"));
@@ -789,7 +794,8 @@ static void test_tuning(void **state)
     /* The sentence names every key and value, from the one table the parser reads. */
     const char *text = fcl_context_last_error(NULL);
     assert_non_null(strstr(text, "softmax_wg=<a power of two up to 1024>, vector_width=<4, 8 or 16>"));
-    assert_non_null(strstr(text, "attention_prefetch=<0 or 1>"));
+    assert_non_null(strstr(text, "attention_prefetch=<0 or 1>, "
+                                 "attention_prefetch_items=<16, 32, 48 or 64>"));
     assert_non_null(strstr(text, "attention_tile=<one of 64x32, 64x16, 32x32, 16x32, 32x16, 16x16, "
                                  "8x16, 8x8, 4x8>, separated by commas"));
 }

@@ -224,9 +224,10 @@ static void test_tuning_values(void **state)
     (void)state;
     char value[32], line[64];
     const char *keys[] = {"softmax_wg", "vector_width", "block_items", "block_lanes", "softmax_rows",
-                          "attention_rows", "attention_prefetch", "attention_pv_vec",
-                          "attention_mma", "softmax_nv", "attention_group", "attention_tile"};
-    const int counts[] = {11, 3, 8, 11, 2, 2, 2, 2, 2, 2, 3, 9};
+                          "attention_rows", "attention_prefetch", "attention_prefetch_items",
+                          "attention_pv_vec", "attention_mma", "softmax_nv", "attention_group",
+                          "attention_tile"};
+    const int counts[] = {11, 3, 8, 11, 2, 2, 2, 4, 2, 2, 2, 3, 9};
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
         int i = 0;
         for (; fcl_tuning_value(keys[k], i, value, sizeof value); i++) {

@@ -32,7 +32,8 @@ static const char usage[] =
  * tiles), on CPUs the switches to the kernels written for CPUs first. */
 static const char *const gpu_keys[] = {"softmax_wg", "vector_width", "block_items",
                                        "attention_tile", "attention_group",
-                                       "attention_prefetch", "attention_pv_vec"};
+                                       "attention_prefetch", "attention_prefetch_items",
+                                       "attention_pv_vec"};
 static const char *const cpu_keys[] = {"softmax_rows", "softmax_wg", "vector_width",
                                        "attention_rows"};
 static const char *const gpu_shapes[][2] = {{"s", "4096x1024"}, {"s", "65536x128"},
