@@ -83,8 +83,8 @@ FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], u
         for (uint i = 0; i < FA_LOAD_BATCH; i++) {
             const uint e = e0 + i * FA_TQ * FA_TK, c = e / FA_D, d = e % FA_D;
             const int inside = row0 + c < row_end && d < dim;
-            const ulong at_row = inside ? FCL_CAT(fa_tile_row, FA_NAME)(p, io, r, at, row0, c) : 0;
-            x[i] = fcl_load_any(src, dtype, inside ? at_row + d : 0);
+            x[i] = fcl_load_any(
+                src, dtype, inside ? FCL_CAT(fa_tile_row, FA_NAME)(p, io, r, at, row0, c) + d : 0);
             x[i] = inside ? factor * x[i] : 0.0f;
         }
         #pragma unroll
@@ -413,8 +413,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #if FA_PREFETCH
             barrier(CLK_LOCAL_MEM_FENCE); /* P V's reads of the V tile are done */
             if (k1 < w.kv_end)
-                FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k_list, k1,
-                                         w.kv_end, (uint)p->head_dim);
+                FCL_CAT(fa_put, FA_NAME)(k_tile, kx, p, io, io->k, p->dtype_kv, &w.s.k, k_list,
+                                         k1, w.kv_end, (uint)p->head_dim);
 #endif
             barrier(CLK_LOCAL_MEM_FENCE); /* P V's reads are done (and the next K tile whole) */
         }
