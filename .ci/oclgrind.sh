@@ -4,7 +4,7 @@
 # this script. Oclgrind simulates a GPU with 32 KiB of local memory (and counts three times
 # the local memory a tile declares, so no tile of head dims 256 and 576 fits there).
 #
-# RUN is one of eight runs, each a CTest test (oclgrind_RUN) of its own, so that CTest can
+# RUN is one of nine runs, each a CTest test (oclgrind_RUN) of its own, so that CTest can
 # spread them over the cores. The kernel-variant test (tests/test_kernel_variants.c) four
 # times covers every kernel the planner can pick:
 #   simulator: the simulator as it is: softmax in registers, in local memory, online and
@@ -17,12 +17,12 @@
 #   group32, group16: 128 KiB, tiles in groups of 32 work-items (4 x 8, as on Mesa's
 #      llvmpipe; the prefetching tiles again) and of 16 (4 x 4), by FLASHCL_TUNE; with 16,
 #      no tile fits head dim 576, and the rows kernel and its decoding form run there.
-# softmax, attention, attention_v2 and clamps run tests of the softmax and attention suites
+# softmax, attention, attention_v2, kv and clamps run tests of the softmax and attention suites
 # (FLASHCL_TEST_ONLY) with the simulator as their device, in their small-size mode
 # (FLASHCL_TEST_SMALL=1, which leaves out rows over 65536 columns and gives MLA fewer keys):
 # the checks against the float64 reference with the hard cases (special values, magnitudes,
 # strides, masks, every dtype, causal, GQA and paged, varlen, softcap, window, sinks, MLA,
-# merging); the long rows and sequences run on POCL and rusticl.
+# merging, K/V formats and fcl_kv_write); the long rows and sequences run on POCL and rusticl.
 # The test that gives the kernels bad device-side indices runs without the race check: the
 # clamped indices of overlapping sequences make work-groups write the same rows of out's
 # view, which is what clamping promises (no access outside a buffer), not a race to report.
@@ -69,8 +69,12 @@ attention_v2)
     run attention_v2 test_attention_v2
   ;;
 clamps) races= FLASHCL_TEST_ONLY=test_device_clamps_bad_indices run clamps test_attention_v2 ;;
+kv)
+  FLASHCL_TEST_ONLY=test_paged,test_fp8_codes_and_nan,test_write_device_skips_bad_slots \
+    run kv test_kv
+  ;;
 *)
-  echo "usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR simulator|local128k|group32|group16|softmax|attention|attention_v2|clamps" >&2
+  echo "usage: oclgrind.sh OCLGRIND TESTS_DIR WORK_DIR simulator|local128k|group32|group16|softmax|attention|attention_v2|clamps|kv" >&2
   exit 2
   ;;
 esac

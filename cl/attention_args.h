@@ -20,7 +20,7 @@
     X(IN, q) X(IN, k) X(IN, v) X(IN, mask) X(OUT, out) X(F32_OUT, lse)                       \
     X(F32_SCRATCH, partial_o) X(F2_SCRATCH, partial_ml) X(I32_IN, seqlens_kv)                \
     X(I32_IN, cu_seqlens_q) X(I32_IN, cu_seqlens_kv) X(I32_IN, block_table)                  \
-    X(F32_IN, alibi_slopes) X(F32_IN, sinks)
+    X(F32_IN, alibi_slopes) X(F32_IN, sinks) X(F32_IN, k_scales) X(F32_IN, v_scales)
 
 /* Scalars after the buffers, X(type, name) with type U32, U64 or F32; the last entry comes
  * through LAST (an argument list has no trailing comma). The host validates counts and
@@ -38,7 +38,17 @@
     X(U64, mask_batch) X(U64, mask_head) X(U64, mask_q) X(U64, lse_limit)                    \
     X(U64, page_size) X(U64, num_pages) X(U64, block_table_stride) X(U64, alibi_batch)       \
     X(U64, window_left) X(U64, window_right) X(F32, q_scale) X(F32, softcap)                 \
-    X(U64, q_tiles) X(U64, heads_step) X(U64, splits) LAST(U64, split_len)
+    X(U64, q_tiles) X(U64, heads_step) X(U64, splits) X(U64, split_len)                     \
+    FA_KV_PARAMS(X, LAST)
+
+/* ... and, last, how K and V are coded (v0.3; read where FA_FLAG_KV is set): their formats
+ * (cl/kv_formats.h; k_*, v_* views then count that format's units), a factor each
+ * (FCL_KV_SCALE_TENSOR's, 1 without), and where their HEAD or TOKEN scales are: HEAD's at
+ * ks_batch * b + h of k_scales, TOKEN's at the view ks_* (paged like K's rows). */
+#define FA_KV_PARAMS(X, LAST)                                                                  \
+    X(U32, format_k) X(U32, format_v) X(F32, k_scale) X(F32, v_scale)                         \
+    X(U64, ks_offset) X(U64, ks_batch) X(U64, ks_head) X(U64, ks_token) X(U64, ks_limit)     \
+    X(U64, vs_offset) X(U64, vs_batch) X(U64, vs_head) X(U64, vs_token) LAST(U64, vs_limit)
 
 /* FA_FLAGS(X): X(name, bit) for the bits of `flags`. */
 #define FA_FLAGS(X)                                                                            \
@@ -57,17 +67,24 @@
     X(FA_FLAG_CU_KV, 12)        /* keys packed by cu_seqlens_kv */                          \
     X(FA_FLAG_PAGED, 13)        /* K and V paged through block_table */                     \
     X(FA_FLAG_LSE, 14)          /* write lse */                                             \
-    X(FA_FLAG_PARTIAL, 15)      /* write (m, l, o) per key split for the merge kernel */
+    X(FA_FLAG_PARTIAL, 15)      /* write (m, l, o) per key split for the merge kernel */ \
+    X(FA_FLAG_KV, 16)           /* K/V in formats_k/v, scaled (else dtype_kv, unscaled) */ \
+    X(FA_FLAG_K_HEAD_SCALES, 17) /* K's factor times k_scales[b * ks_batch + h] */          \
+    X(FA_FLAG_V_HEAD_SCALES, 18) /* ... V's, v_scales[b * vs_batch + h] */                  \
+    X(FA_FLAG_K_TOKEN_SCALES, 19) /* each K row's times its own, at the ks_* view */       \
+    X(FA_FLAG_V_TOKEN_SCALES, 20) /* ... each V row's, at the vs_* view */
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
-/* The tile and decode kernels are compiled for several feature sets: everything
- * (FA_FEATURES_ALL); plain attention on strided tensors (FA_FEATURES_PLAIN); and, for the tile
+/* The tile and decode kernels are compiled for several feature sets: everything of v0.2
+ * (FA_FEATURES_ALL); plain attention on strided tensors (FA_FEATURES_PLAIN); for the tile
  * kernel, plain plus the score modifiers (FA_FEATURES_SCORES: no paging, packing or
  * per-sequence lengths, whose addressing costs the tile kernel the registers that keep it
- * fast). Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of
- * what is masked; the host runs the first built kernel whose features cover the call. */
+ * fast); and everything with K and V in any format (FA_FEATURES_KV, the rows kernel too).
+ * Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of what is
+ * masked; the host runs the first built kernel whose features cover the call. */
 #define FA_FEATURES_ALL 0xffffu
+#define FA_FEATURES_KV 0x1fffffu
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)

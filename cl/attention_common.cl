@@ -37,6 +37,130 @@ typedef struct { FA_PARAMS(FA_PARAM_FIELD, FA_PARAM_FIELD) } fa_params;
     p_.flags &= FA_FEATURES;                                                                 \
     const fa_params *p = &p_
 
+/* ---- K and V in any format (v0.3, the FA_FLAG_KV builds): value d of a row that starts at
+ * unit `row` of src (elements of a float format, bytes of the others; cl/kv_formats.h) as
+ * float32, exactly as the contract decodes it. A ggml block is 2-byte aligned (the host
+ * refuses odd offsets and strides), so its halves load with vload_half. ---- */
+__constant float fcl_iq4_nl_values[16] = FCL_IQ4_NL_VALUES;
+
+float fcl_kv_decode_f32(__global const uchar *src, ulong row, uint d)
+{
+    return ((__global const float *)src)[row + d];
+}
+float fcl_kv_decode_f16(__global const uchar *src, ulong row, uint d)
+{
+    return vload_half(row + d, (__global const half *)src);
+}
+float fcl_kv_decode_bf16(__global const uchar *src, ulong row, uint d)
+{
+    return as_float((uint)((__global const ushort *)src)[row + d] << 16);
+}
+
+/* A ggml block's binary16 at byte `at` of it, and code n (4 bits) of value i. */
+float fcl_block_half(__global const uchar *block, uint at)
+{
+    return vload_half(0, (__global const half *)(block + at));
+}
+uint fcl_block_nibble(__global const uchar *qs, uint i)
+{
+    const uint q = qs[i % 16];
+    return i < 16 ? q & 15u : q >> 4;
+}
+/* ... its fifth bit, bit i of the little-endian uint32 qh (read by bytes: 2-byte aligned) */
+uint fcl_block_high_bit(__global const uchar *qh, uint i) { return (qh[i / 8] >> (i % 8)) & 1u; }
+
+float fcl_kv_decode_q8_0(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 34;
+    return fcl_block_half(b, 0) * (float)((__global const char *)b)[2 + d % 32];
+}
+float fcl_kv_decode_q4_0(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 18;
+    return fcl_block_half(b, 0) * (float)((int)fcl_block_nibble(b + 2, d % 32) - 8);
+}
+float fcl_kv_decode_q4_1(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 20;
+    return fma(fcl_block_half(b, 0), (float)fcl_block_nibble(b + 4, d % 32), fcl_block_half(b, 2));
+}
+float fcl_kv_decode_q5_0(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 22;
+    const uint n = fcl_block_nibble(b + 6, d % 32) | fcl_block_high_bit(b + 2, d % 32) << 4;
+    return fcl_block_half(b, 0) * (float)((int)n - 16);
+}
+float fcl_kv_decode_q5_1(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 24;
+    const uint n = fcl_block_nibble(b + 8, d % 32) | fcl_block_high_bit(b + 4, d % 32) << 4;
+    return fma(fcl_block_half(b, 0), (float)n, fcl_block_half(b, 2));
+}
+float fcl_kv_decode_iq4_nl(__global const uchar *src, ulong row, uint d)
+{
+    __global const uchar *b = src + row + d / 32 * 18;
+    return fcl_block_half(b, 0) * fcl_iq4_nl_values[fcl_block_nibble(b + 2, d % 32)];
+}
+/* fp8: exponent and mantissa moved into a float32's (normal values), or the subnormal's
+ * mantissa times its power of two; E4M3 has no infinities and one NaN code a sign. */
+float fcl_kv_decode_fp8_e4m3(__global const uchar *src, ulong row, uint d)
+{
+    const uint x = src[row + d], e = (x >> 3) & 15u, m = x & 7u;
+    float v = e ? as_float((e + 120u) << 23 | m << 20) : (float)m * 0x1p-9f;
+    v = e == 15u && m == 7u ? NAN : v;
+    return x & 0x80u ? -v : v;
+}
+float fcl_kv_decode_fp8_e5m2(__global const uchar *src, ulong row, uint d)
+{
+    const uint x = src[row + d], e = (x >> 2) & 31u, m = x & 3u;
+    float v = e == 31u ? (m ? NAN : INFINITY)
+              : e      ? as_float((e + 112u) << 23 | m << 21)
+                       : (float)m * 0x1p-16f;
+    return x & 0x80u ? -v : v;
+}
+float fcl_kv_decode_int8(__global const uchar *src, ulong row, uint d)
+{
+    return (float)((__global const char *)src)[row + d];
+}
+
+/* The prelude's FCL_KV_CALLS: 1 where the decoders below are calls (CPUs, where only tests
+ * run the kernels that use them: a smaller compile), 0 where they are inlined. */
+#ifndef FCL_KV_CALLS
+#define FCL_KV_CALLS 0
+#endif
+#if FCL_KV_CALLS
+#define FCL_KV_DECODER __attribute__((noinline))
+#else
+#define FCL_KV_DECODER
+#endif
+
+#define FCL_KV_DECODE_CASE(NAME, name, value, dtype, elems, bytes, roles)                      \
+    case value: return FCL_CAT(fcl_kv_decode, name)(src, row, d);
+FCL_KV_DECODER float fcl_kv_decode(__global const void *src, uint format, ulong row, uint d)
+{
+    switch (format) {
+    FCL_KV_FORMATS(FCL_KV_DECODE_CASE)
+    default: return NAN;
+    }
+}
+#undef FCL_KV_DECODE_CASE
+
+/* Values d to d + 3 of a row (in one block: d a multiple of 4), under one switch. */
+#define FCL_KV_DECODE4_CASE(NAME, name, value, dtype, elems, bytes, roles)                     \
+    case value:                                                                                \
+        return (float4)(FCL_CAT(fcl_kv_decode, name)(src, row, d),                             \
+                        FCL_CAT(fcl_kv_decode, name)(src, row, d + 1),                         \
+                        FCL_CAT(fcl_kv_decode, name)(src, row, d + 2),                         \
+                        FCL_CAT(fcl_kv_decode, name)(src, row, d + 3));
+FCL_KV_DECODER float4 fcl_kv_decode4(__global const void *src, uint format, ulong row, uint d)
+{
+    switch (format) {
+    FCL_KV_FORMATS(FCL_KV_DECODE4_CASE)
+    default: return NAN;
+    }
+}
+#undef FCL_KV_DECODE4_CASE
+
 /* Where one tensor's rows of one (sequence, head) lie: row t at base + t * token_stride, or,
  * paged (K and V with FA_FLAG_PAGED), in page block_table[pages + t / page_size] at slot
  * t % page_size. */
@@ -89,7 +213,27 @@ typedef struct {
     long pos_offset;     /* p(i) - i = L_kv(b) - L_q(b): the query's position among the keys */
     long causal_offset;  /* the causal rule's: 0 (top-left) or pos_offset (bottom-right) */
     fa_rows q, k, v; /* out's rows: fa_out_rows (computed where they are written) */
+    /* FA_FLAG_KV: the factor of the kv head's K and V values (TENSOR x HEAD), and where the
+     * rows' own scales are (FA_FLAG_K/V_TOKEN_SCALES: paged as k and v) */
+    float k_scale, v_scale;
+    fa_rows ks, vs;
 } fa_seq;
+
+/* The units (fcl_kv_decode's) a row of K (v = 0) or V (v = 1) spans: head_dim elements, or
+ * in a FA_FLAG_KV call of a coded format, its bytes. */
+#define FCL_KV_ROW_CASE(NAME, name, value, dtype, elems, bytes, roles)                         \
+    case value: return (roles) & FCL_ROLE_FLOAT ? dim : dim / (elems) * (bytes);
+ulong fa_row_units(const fa_params *p, int v)
+{
+    const ulong dim = v ? p->head_dim_v : p->head_dim;
+    if (!(p->flags & FA_FLAG_KV))
+        return dim;
+    switch (v ? p->format_v : p->format_k) {
+    FCL_KV_FORMATS(FCL_KV_ROW_CASE)
+    default: return dim;
+    }
+}
+#undef FCL_KV_ROW_CASE
 
 /* Rows [start, start + len) of a packed tensor (row 0 at base) that lie inside a buffer of
  * limit elements, rows of dim elements: len cut so that none reaches past it. The host
@@ -137,23 +281,57 @@ FCL_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulon
                       fa_rows_inside(o_base, p->o_token, p->o_limit, p->head_dim_v, s.q_start, s.len_q));
         s.q.base += s.q_start * p->q_token;
     }
+    s.k_scale = p->k_scale;
+    s.v_scale = p->v_scale;
+    if (p->flags & FA_FLAG_K_HEAD_SCALES)
+        s.k_scale *= io->k_scales[b * p->ks_batch + hk];
+    if (p->flags & FA_FLAG_V_HEAD_SCALES)
+        s.v_scale *= io->v_scales[b * p->vs_batch + hk];
+    s.ks = fa_rows_at(p->ks_offset + hk * p->ks_head, p->ks_batch, p->ks_token);
+    s.vs = fa_rows_at(p->vs_offset + hk * p->vs_head, p->vs_batch, p->vs_token);
     if (p->flags & FA_FLAG_CU_KV) {
         s.len_kv = fa_packed_span(io->cu_seqlens_kv, b, p->len_kv, &kv_start);
-        s.len_kv = min(fa_rows_inside(s.k.base, p->k_token, p->k_limit, p->head_dim, kv_start, s.len_kv),
-                       fa_rows_inside(s.v.base, p->v_token, p->v_limit, p->head_dim_v, kv_start, s.len_kv));
+        s.len_kv = min(fa_rows_inside(s.k.base, p->k_token, p->k_limit, fa_row_units(p, 0), kv_start, s.len_kv),
+                       fa_rows_inside(s.v.base, p->v_token, p->v_limit, fa_row_units(p, 1), kv_start, s.len_kv));
+        if (p->flags & FA_FLAG_K_TOKEN_SCALES)
+            s.len_kv = fa_rows_inside(s.ks.base, p->ks_token, p->ks_limit, 1, kv_start, s.len_kv);
+        if (p->flags & FA_FLAG_V_TOKEN_SCALES)
+            s.len_kv = fa_rows_inside(s.vs.base, p->vs_token, p->vs_limit, 1, kv_start, s.len_kv);
     } else if (p->flags & FA_FLAG_SEQLENS_KV) {
         s.len_kv = (ulong)clamp((long)io->seqlens_kv[b], 0L, (long)p->len_kv);
     }
     if (p->flags & FA_FLAG_PAGED) {
-        s.k.pages = s.v.pages = b * p->block_table_stride;
-        s.k.paged = s.v.paged = 1;
+        s.k.pages = s.v.pages = s.ks.pages = s.vs.pages = b * p->block_table_stride;
+        s.k.paged = s.v.paged = s.ks.paged = s.vs.paged = 1;
     } else {
         s.k.base += b * p->k_batch + kv_start * p->k_token;
         s.v.base += b * p->v_batch + kv_start * p->v_token;
+        s.ks.base += b * p->ks_batch + kv_start * p->ks_token;
+        s.vs.base += b * p->vs_batch + kv_start * p->vs_token;
     }
     s.pos_offset = (long)s.len_kv - (long)s.len_q;
     s.causal_offset = (p->flags & FA_FLAG_BOTTOM_RIGHT) ? s.pos_offset : 0;
     return s;
+}
+
+/* The factor of the values of K's (v = 0) or V's (v = 1) row at place `at` in a FA_FLAG_KV
+ * call: the sequence's, or with TOKEN scales the row's own (the modes exclude each other,
+ * so that the value is exactly decode(bits) * scale). */
+FCL_INLINE float fa_kv_row_scale(const fa_params *p, const fa_io *io, const fa_seq *s, int v,
+                                 fa_place at)
+{
+    if (v)
+        return p->flags & FA_FLAG_V_TOKEN_SCALES ? io->v_scales[fa_row_at(&s->vs, at)] : s->v_scale;
+    return p->flags & FA_FLAG_K_TOKEN_SCALES ? io->k_scales[fa_row_at(&s->ks, at)] : s->k_scale;
+}
+
+/* Value d of K's (v = 0) or V's (v = 1) row at place `at`, in a FA_FLAG_KV call. */
+FCL_INLINE float fa_kv_value(const fa_params *p, const fa_io *io, const fa_seq *s, int v,
+                             fa_place at, uint d)
+{
+    const ulong row = fa_row_at(v ? &s->v : &s->k, at);
+    return fcl_kv_decode(v ? io->v : io->k, v ? p->format_v : p->format_k, row, d) *
+           fa_kv_row_scale(p, io, s, v, at);
 }
 
 /* Where the sequence's output rows are: computed after the kernels' loops, so that it does
@@ -339,6 +517,30 @@ void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulo
     for (uint d = n; d < cap; d++)
         dst[d] = 0.0f;
 }
+
+/* fa_load_row for K's (v = 0) or V's (v = 1) row at place `at` of a FA_FLAG_KV call: the
+ * format is decided once per row, each copy loop decodes one format. */
+#define FA_KV_ROW_CASE(NAME, name, value, dtype, elems, bytes, roles)                          \
+    case value:                                                                                \
+        for (uint d = 0; d < n; d++)                                                           \
+            dst[d] = FCL_CAT(fcl_kv_decode, name)(src, row, d) * scale;                        \
+        break;
+FCL_INLINE void fa_load_kv_row(__private float *dst, const fa_params *p, const fa_io *io,
+                               const fa_seq *s, int v, fa_place at, uint n, uint cap)
+{
+    __global const uchar *src = v ? io->v : io->k;
+    const ulong row = fa_row_at(v ? &s->v : &s->k, at);
+    const float scale = n ? fa_kv_row_scale(p, io, s, v, at) : 0.0f;
+    switch (v ? p->format_v : p->format_k) {
+    FCL_KV_FORMATS(FA_KV_ROW_CASE)
+    default:
+        for (uint d = 0; d < n; d++)
+            dst[d] = NAN;
+    }
+    for (uint d = n; d < cap; d++)
+        dst[d] = 0.0f;
+}
+#undef FA_KV_ROW_CASE
 
 /* Where a finished query row goes: with split-KV its unnormalised (o, m, l) into the
  * partials, else o * inv_d into out and its lse (inside their buffers: fa_sequence cut packed

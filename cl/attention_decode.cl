@@ -77,6 +77,34 @@ FCL_INLINE fa_dec_vec FCL_CAT(fa_dec_load, FA_DEC_NAME)(__global const void *bas
     return inside ? x : (fa_dec_vec)0.0f;
 }
 
+/* The same in a FA_FLAG_KV call: the row's values decoded from its format, times its factor
+ * (elements past n are 0 and read nothing). */
+FCL_INLINE fa_dec_vec FCL_CAT(fa_dec_load_kv, FA_DEC_NAME)(__global const void *base, uint format,
+                                                          float scale, ulong at, uint d0, uint n)
+{
+    if (d0 >= n)
+        return 0.0f;
+#if FA_DEC_W == 8
+    return (float8)(fcl_kv_decode4(base, format, at, d0), fcl_kv_decode4(base, format, at, d0 + 4)) *
+           scale;
+#else
+    return fcl_kv_decode4(base, format, at, d0) * scale;
+#endif
+}
+
+/* Where key kj's K (kv 0) or V (kv 1) row starts, and in a FA_FLAG_KV call its factor: once
+ * per key for every work-item that reads the row (one page lookup serves both). */
+FCL_INLINE void FCL_CAT(fa_dec_locate, FA_DEC_NAME)(const fa_params *p, const fa_io *io,
+                                                   const fa_seq *s, int kv, ulong kj,
+                                                   __local ulong *at, __local float *scale)
+{
+    const fa_rows *r = kv ? &s->v : &s->k;
+    const fa_place place = fa_place_of(p, io, r, kj);
+    *at = fa_row_at(r, place);
+    if (p->flags & FA_FLAG_KV)
+        *scale = fa_kv_row_scale(p, io, s, kv, place);
+}
+
 /* acc += a * b, in four lanes (a sum of products, so that the accumulators are few). */
 FCL_INLINE float4 FCL_CAT(fa_dec_fma, FA_DEC_NAME)(fa_dec_vec a, fa_dec_vec b, float4 acc)
 {
@@ -90,7 +118,8 @@ FCL_INLINE float4 FCL_CAT(fa_dec_fma, FA_DEC_NAME)(fa_dec_vec a, fa_dec_vec b, f
 /* Phase 1 for one pass of keys: part[(j * KEYS + t) * C1 + c] = head j's q . k_t over the
  * vectors c, c + C1, ... of the row (0 for keys at or past kv_end), U keys at once. */
 FCL_INLINE void FCL_CAT(fa_dec_dots, FA_DEC_NAME)(__local float *part, __local const float *qs,
-                                             __local const ulong *k_at, const fa_params *p,
+                                             __local const ulong *k_at,
+                                             __local const float *k_sc, const fa_params *p,
                                              const fa_io *io, const fa_work *w, ulong k0,
                                              uint heads)
 {
@@ -98,6 +127,7 @@ FCL_INLINE void FCL_CAT(fa_dec_dots, FA_DEC_NAME)(__local float *part, __local c
     for (uint t0 = lid / FA_DEC_C1; t0 < FA_DEC_KEYS; t0 += FA_DEC_K1 * FA_DEC_U1) {
         ulong at[FA_DEC_U1];
         uint n[FA_DEC_U1];
+        float sc[FA_DEC_U1];
         float4 qk[FA_DEC_U1][FA_DEC_G];
         #pragma unroll
         for (uint u = 0; u < FA_DEC_U1; u++) {
@@ -105,6 +135,7 @@ FCL_INLINE void FCL_CAT(fa_dec_dots, FA_DEC_NAME)(__local float *part, __local c
             const int live = k0 + t < w->kv_end;
             at[u] = live ? k_at[t] : 0;
             n[u] = live ? (uint)p->head_dim : 0;
+            sc[u] = live && (p->flags & FA_FLAG_KV) ? k_sc[t] : 0.0f;
             #pragma unroll
             for (uint j = 0; j < FA_DEC_G; j++)
                 qk[u][j] = 0.0f;
@@ -116,8 +147,12 @@ FCL_INLINE void FCL_CAT(fa_dec_dots, FA_DEC_NAME)(__local float *part, __local c
             for (uint u = 0; u < FA_DEC_U1; u++)
                 #pragma unroll
                 for (uint i = 0; i < FA_DEC_B1; i++)
-                    x[u][i] = FCL_CAT(fa_dec_load, FA_DEC_NAME)(
-                        io->k, at[u], (c + (i0 + i) * FA_DEC_C1) * FA_DEC_W, n[u]);
+                    x[u][i] = p->flags & FA_FLAG_KV
+                                  ? FCL_CAT(fa_dec_load_kv, FA_DEC_NAME)(
+                                        io->k, p->format_k, sc[u], at[u],
+                                        (c + (i0 + i) * FA_DEC_C1) * FA_DEC_W, n[u])
+                                  : FCL_CAT(fa_dec_load, FA_DEC_NAME)(
+                                        io->k, at[u], (c + (i0 + i) * FA_DEC_C1) * FA_DEC_W, n[u]);
             #pragma unroll
             for (uint j = 0; j < FA_DEC_G; j++) {
                 if (j >= heads)
@@ -147,20 +182,27 @@ FCL_INLINE void FCL_CAT(fa_dec_dots, FA_DEC_NAME)(__local float *part, __local c
  * r + R2, ... below n into o, and p_t into l, for each head (p_t of head j at pv[t * G + j]). */
 FCL_INLINE void FCL_CAT(fa_dec_pv, FA_DEC_NAME)(fa_dec_vec o[FA_DEC_G], float *l,
                                            __local const float *pv, __local const ulong *v_at,
-                                           const fa_params *p, const fa_io *io, uint n, uint heads)
+                                           __local const float *v_sc, const fa_params *p,
+                                           const fa_io *io, uint n, uint heads)
 {
     const uint lid = get_local_id(0), c = lid % FA_DEC_C2;
     #pragma unroll 4
     for (uint t = lid / FA_DEC_C2; t < n; t += FA_DEC_R2) {
         const fa_dec_vec x =
-            FCL_CAT(fa_dec_load, FA_DEC_NAME)(io->v, v_at[t], c * FA_DEC_W, (uint)p->head_dim_v);
+            p->flags & FA_FLAG_KV
+                ? FCL_CAT(fa_dec_load_kv, FA_DEC_NAME)(io->v, p->format_v, v_sc[t], v_at[t],
+                                                       c * FA_DEC_W, (uint)p->head_dim_v)
+                : FCL_CAT(fa_dec_load, FA_DEC_NAME)(io->v, v_at[t], c * FA_DEC_W,
+                                                    (uint)p->head_dim_v);
         #pragma unroll
         for (uint j = 0; j < FA_DEC_G; j++) {
             if (j >= heads)
                 continue;
             const float pj = pv[t * FA_DEC_G + j];
             l[j] += pj;
-            o[j] = fma((fa_dec_vec)pj, x, o[j]);
+            /* a key of weight 0 adds nothing, also a V row of NaN codes (as the tile kernel) */
+            if (!(p->flags & FA_FLAG_KV) || pj != 0.0f)
+                o[j] = fma((fa_dec_vec)pj, x, o[j]);
         }
     }
 }
@@ -183,6 +225,9 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
     __local float pv[FA_DEC_KEYS * FA_DEC_G];               /* scores, then p, per key and head */
     __local float maxima[FA_DEC_G * FA_DEC_MAX_PARTS];
     __local ulong k_at[FA_DEC_KEYS], v_at[FA_DEC_KEYS]; /* K's and V's rows of the chunk */
+    /* ... and their factors, in the builds for K/V formats */
+    __local float k_sc[FA_FEATURES & FA_FLAG_KV ? FA_DEC_KEYS : 1];
+    __local float v_sc[FA_FEATURES & FA_FLAG_KV ? FA_DEC_KEYS : 1];
     __local float sum_l[FA_DEC_G * FA_DEC_R2];
     const uint lid = get_local_id(0), c2 = lid % FA_DEC_C2, r2 = lid / FA_DEC_C2;
     /* 1 to FA_DEC_G, the same for every step; a constant in the one-head build, so that no
@@ -217,11 +262,12 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
         }
         const int2 vis = fa_visible_keys(p, &w, qi);
         if (w.kv_begin + lid < w.kv_end)
-            k_at[lid] = fa_row(p, io, &w.s.k, w.kv_begin + lid);
+            FCL_CAT(fa_dec_locate, FA_DEC_NAME)(p, io, &w.s, 0, w.kv_begin + lid, &k_at[lid],
+                                                &k_sc[lid]);
         barrier(CLK_LOCAL_MEM_FENCE); /* qs, k_at */
 
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_DEC_KEYS) {
-            FCL_CAT(fa_dec_dots, FA_DEC_NAME)(part, qs, k_at, p, io, &w, k0, heads);
+            FCL_CAT(fa_dec_dots, FA_DEC_NAME)(part, qs, k_at, k_sc, p, io, &w, k0, heads);
             barrier(CLK_LOCAL_MEM_FENCE);
 
             /* Phase 2: key t = lid's scores (-inf where hidden or past the chunk's end). */
@@ -242,9 +288,10 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
             }
             /* Key t's V row, and the next chunk's K row (phase 1 has read this one's). */
             if (kj < w.kv_end)
-                v_at[lid] = fa_row(p, io, &w.s.v, kj);
+                FCL_CAT(fa_dec_locate, FA_DEC_NAME)(p, io, &w.s, 1, kj, &v_at[lid], &v_sc[lid]);
             if (kj + FA_DEC_KEYS < w.kv_end)
-                k_at[lid] = fa_row(p, io, &w.s.k, kj + FA_DEC_KEYS);
+                FCL_CAT(fa_dec_locate, FA_DEC_NAME)(p, io, &w.s, 0, kj + FA_DEC_KEYS, &k_at[lid],
+                                                    &k_sc[lid]);
             barrier(CLK_LOCAL_MEM_FENCE);
             if (lid < heads * FA_DEC_MAX_PARTS) { /* one work-item per (head, 8 keys) */
                 const uint j = lid / FA_DEC_MAX_PARTS, first = lid % FA_DEC_MAX_PARTS * 8;
@@ -271,7 +318,7 @@ void FCL_CAT(attention_decode, FA_DEC_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE);
 
             const uint n = (uint)min((ulong)FA_DEC_KEYS, w.kv_end - k0);
-            FCL_CAT(fa_dec_pv, FA_DEC_NAME)(o, l, pv, v_at, p, io, n, heads);
+            FCL_CAT(fa_dec_pv, FA_DEC_NAME)(o, l, pv, v_at, v_sc, p, io, n, heads);
             /* The next chunk's phase 1 writes part, which only phase 2 read, and reads k_at,
              * written before the barriers above; its phase 2 rewrites pv, v_at and k_at after
              * a barrier that every work-item reaches after this phase 3. */

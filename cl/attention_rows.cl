@@ -46,6 +46,11 @@ FCL_INLINE void fa_rows_load_key(const fa_params *p, const fa_io *io, const fa_w
 {
     const int in_range = k < w->kv_end;
     const fa_place at = fa_place_of(p, io, &w->s.k, in_range ? k : 0);
+    if (p->flags & FA_FLAG_KV) {
+        fa_load_kv_row(k_row, p, io, &w->s, 0, at, in_range ? dim : 0, cap_k);
+        fa_load_kv_row(v_row, p, io, &w->s, 1, at, in_range ? dim_v : 0, cap_v);
+        return;
+    }
     fa_load_row(k_row, io->k, p->dtype_kv, in_range ? fa_row_at(&w->s.k, at) : 0,
                 in_range ? dim : 0, cap_k);
     fa_load_row(v_row, io->v, p->dtype_kv, in_range ? fa_row_at(&w->s.v, at) : 0,
@@ -213,7 +218,10 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
                         const rowv vd = (rowv)vb[j][d + e];
                         #pragma unroll
                         for (uint h = 0; h < FA_RV; h++)
-                            acc[e][h] = fma(s[j][h], vd, acc[e][h]);
+                            acc[e][h] = p->flags & FA_FLAG_KV /* weight 0 adds nothing (tile) */
+                                            ? select(fma(s[j][h], vd, acc[e][h]), acc[e][h],
+                                                     s[j][h] == (rowv)0.0f)
+                                            : fma(s[j][h], vd, acc[e][h]);
                     }
                 }
                 #pragma unroll
@@ -301,7 +309,8 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
                 for (uint c = 0; c < nv; c++) {
                     floatv acc = ov[h][c] * alpha;
                     for (uint j = 0; j < FCL_VEC; j++)
-                        acc = fma((floatv)pj[j], FCL_VLOADN(c, vb[j]), acc);
+                        if (!(p->flags & FA_FLAG_KV) || pj[j] != 0.0f) /* as the tile kernel */
+                            acc = fma((floatv)pj[j], FCL_VLOADN(c, vb[j]), acc);
                     ov[h][c] = acc;
                 }
             }

@@ -33,6 +33,12 @@
  * banks apart, so the rows a warp reads at once fall in different banks. */
 #define FA_ROW (FA_D + 4)
 #define FA_PROW (FA_BK + 4)
+/* o + p v for a key's weight p and 4 elements of its V row. In the builds for K/V formats a
+ * key of weight 0 (hidden, past the end, or underflowed) adds nothing even where its V row
+ * decodes to NaN (an fp8 NaN code): the contract lets such a NaN reach only the rows that
+ * see the key. */
+#define FA_PV_ADD(p, v, o)                                                                     \
+    ((FA_FEATURES & FA_FLAG_KV) && (p) == 0.0f ? (o) : fma((float4)(p), (v), (o)))
 /* Loops over the per-work-item blocks (s, o, qv, kv, vv) carry #pragma unroll: the blocks
  * must be registers, and an array indexed in a loop the compiler did not unroll goes to
  * scratch memory (checked for AMD GPUs by .ci/amd-offline-check.sh). */
@@ -95,13 +101,36 @@ FCL_INLINE void FCL_CAT(fa_load_typed, FA_NAME)(__local float (*tile)[FA_ROW], u
     }
 }
 
+/* The same for K (kv 0) or V (kv 1) in a FA_FLAG_KV call, FA_BK rows:
+ * each element decoded from its format and scaled, its row found where it is loaded (the
+ * build for K/V formats does not prefetch: coded formats take this kernel only off NVIDIA's
+ * paths and the decode kernels, as their reference, not their fast path). */
+FCL_INLINE void FCL_CAT(fa_load_kv, FA_NAME)(__local float (*tile)[FA_ROW], const fa_params *p,
+                                            const fa_io *io, const fa_seq *s, int kv, ulong row0,
+                                            ulong row_end, uint dim)
+{
+    const fa_rows *r = kv ? &s->v : &s->k;
+    /* not unrolled: each element's decoding is a switch over the formats */
+    #pragma unroll 1
+    for (uint e = get_local_id(0); e < FA_BK * FA_D; e += FA_TQ * FA_TK) {
+        const uint c = e / FA_D, d = e % FA_D;
+        tile[c][d] = row0 + c < row_end && d < dim
+                         ? fa_kv_value(p, io, s, kv, fa_place_of(p, io, r, row0 + c), d)
+                         : 0.0f;
+    }
+}
+
+/* A tile of q (kv -1, with factor) or of K or V (kv 0 or 1, from the sequence s). */
 FCL_INLINE void FCL_CAT(fa_load_tile, FA_NAME)(__local float (*tile)[FA_ROW], uint rows,
                                               const fa_params *p, const fa_io *io,
                                               __global const void *src, uint dtype,
-                                              const fa_rows *r, __local const ulong *at,
-                                              ulong row0, ulong row_end, uint dim, float factor)
+                                              const fa_seq *s, int kv, const fa_rows *r,
+                                              __local const ulong *at, ulong row0,
+                                              ulong row_end, uint dim, float factor)
 {
-    if (dtype == FCL_DTYPE_F32)
+    if (kv >= 0 && (p->flags & FA_FLAG_KV))
+        FCL_CAT(fa_load_kv, FA_NAME)(tile, p, io, s, kv, row0, row_end, dim);
+    else if (dtype == FCL_DTYPE_F32)
         FCL_CAT(fa_load_typed, FA_NAME)(tile, rows, p, io, src, FCL_DTYPE_F32, r, at, row0,
                                         row_end, dim, factor, 0);
     else if (dtype == FCL_DTYPE_F16)
@@ -201,8 +230,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         if (q0 >= len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
 
-        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, p, io, io->q, p->dtype_q, &w.s.q, 0, q0,
-                                       len_q, (uint)p->head_dim, p->q_scale);
+        FCL_CAT(fa_load_tile, FA_NAME)(q_tile, FA_BQ, p, io, io->q, p->dtype_q, &w.s, -1, &w.s.q,
+                                       0, q0, len_q, (uint)p->head_dim, p->q_scale);
         /* Each work-item keeps the running max of its rows (the same in the FA_TK work-items
          * of a row) and the sum over its own columns; the sums are added up at the end. */
         float m_run[FA_SQ], l_own[FA_SQ];
@@ -218,8 +247,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint j = 0; j < FA_SD4; j++)
                 o[i][j] = 0.0f;
 #if FA_PREFETCH
-        FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, 0,
-                                       w.kv_begin, w.kv_end, (uint)p->head_dim, 1.0f);
+        FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s, 0, &w.s.k,
+                                       0, w.kv_begin, w.kv_end, (uint)p->head_dim, 1.0f);
         barrier(CLK_LOCAL_MEM_FENCE);
 #endif
 
@@ -232,8 +261,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             FCL_CAT(fa_fetch, FA_NAME)(vx, p, io, io->v, p->dtype_kv, &w.s.v, v_at, k0, w.kv_end,
                                        (uint)p->head_dim_v);
 #else
-            FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s.k, 0,
-                                           k0, w.kv_end, (uint)p->head_dim, 1.0f);
+            FCL_CAT(fa_load_tile, FA_NAME)(k_tile, FA_BK, p, io, io->k, p->dtype_kv, &w.s, 0,
+                                           &w.s.k, 0, k0, w.kv_end, (uint)p->head_dim, 1.0f);
             barrier(CLK_LOCAL_MEM_FENCE);
 #endif
             /* The next K tile's rows: the list was last read before the previous tile's last
@@ -357,8 +386,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FCL_CAT(fa_fetch, FA_NAME)(kx, p, io, io->k, p->dtype_kv, &w.s.k, k_list, k1,
                                            w.kv_end, (uint)p->head_dim);
 #else
-            FCL_CAT(fa_load_tile, FA_NAME)(v_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s.v, 0,
-                                           k0, w.kv_end, (uint)p->head_dim_v, 1.0f);
+            FCL_CAT(fa_load_tile, FA_NAME)(v_tile, FA_BK, p, io, io->v, p->dtype_kv, &w.s, 1,
+                                           &w.s.v, 0, k0, w.kv_end, (uint)p->head_dim_v, 1.0f);
 #endif
             barrier(CLK_LOCAL_MEM_FENCE); /* p_tile and the V tile are whole */
 
@@ -387,7 +416,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                         const float pe = e == 0 ? pv[i].x : e == 1 ? pv[i].y : e == 2 ? pv[i].z : pv[i].w;
                         #pragma unroll
                         for (uint j = 0; j < FA_SD4; j++)
-                            o[i][j] = fma((float4)(pe), vv[j], o[i][j]);
+                            o[i][j] = FA_PV_ADD(pe, vv[j], o[i][j]);
                     }
                 }
             }
@@ -404,7 +433,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     const float pe = p_tile[tq + i * FA_TQ][c];
                     #pragma unroll
                     for (uint j = 0; j < FA_SD4; j++)
-                        o[i][j] = fma((float4)(pe), vv[j], o[i][j]);
+                        o[i][j] = FA_PV_ADD(pe, vv[j], o[i][j]);
                 }
             }
 #endif
@@ -455,3 +484,4 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_PROW
 #undef FA_KV_ITEMS
 #undef FA_PF
+#undef FA_PV_ADD

@@ -244,26 +244,36 @@ float2 fcl_sink_state(float sink)
 }
 
 /* ---- Storage type chosen at run time (attention: q, kv and out types are independent;
- * loads and stores happen once per tile element, outside the inner loops). ---- */
+ * loads and stores happen once per tile element, outside the inner loops). The cases come
+ * from the format table (kv_formats.h, ahead of this file): an unknown type loads as NaN and
+ * stores nothing. ---- */
 #define FCL_DTYPE_F32 0u
 #define FCL_DTYPE_F16 1u
 #define FCL_DTYPE_BF16 2u
 
+/* The formats' values (fcl_kv_format): FCL_KV_F32, FCL_KV_Q8_0, ... */
+#define FCL_KV_FORMAT_ENUM(NAME, name, value, dtype, elems, bytes, roles) FCL_KV_##NAME = value,
+enum { FCL_KV_FORMATS(FCL_KV_FORMAT_ENUM) };
+#undef FCL_KV_FORMAT_ENUM
+
+#define FCL_LOAD_CASE(NAME, name, value, dtype, elems, bytes, roles)                           \
+    case dtype: return FCL_CAT(fcl_load, name)((__global const fcl_storage_##name *)p, i);
 float fcl_load_any(__global const void *p, uint dtype, ulong i)
 {
-    if (dtype == FCL_DTYPE_F16)
-        return fcl_load_f16((__global const half *)p, i);
-    if (dtype == FCL_DTYPE_BF16)
-        return fcl_load_bf16((__global const ushort *)p, i);
-    return fcl_load_f32((__global const float *)p, i);
+    switch (dtype) {
+    FCL_FLOAT_FORMATS(FCL_LOAD_CASE)
+    default: return NAN;
+    }
 }
+#undef FCL_LOAD_CASE
 
+#define FCL_STORE_CASE(NAME, name, value, dtype, elems, bytes, roles)                          \
+    case dtype: FCL_CAT(fcl_store, name)((__global fcl_storage_##name *)p, i, v); break;
 void fcl_store_any(__global void *p, uint dtype, ulong i, float v)
 {
-    if (dtype == FCL_DTYPE_F16)
-        fcl_store_f16((__global half *)p, i, v);
-    else if (dtype == FCL_DTYPE_BF16)
-        fcl_store_bf16((__global ushort *)p, i, v);
-    else
-        fcl_store_f32((__global float *)p, i, v);
+    switch (dtype) {
+    FCL_FLOAT_FORMATS(FCL_STORE_CASE)
+    default: break;
+    }
 }
+#undef FCL_STORE_CASE

@@ -328,6 +328,42 @@ typedef enum fcl_precision {
     FCL_PRECISION_TF32 = 1
 } fcl_precision;
 
+/* ---- v0.3: K and V in fewer bits (quantized and 8-bit caches) ---- */
+/* How K's (or V's) values are stored, each tensor on its own. A ggml block holds 32
+ * consecutive values of one row (token, head) along head_dim, byte for byte as ggml stores
+ * it (d, m little-endian binary16); value i of a block, j = i mod 16, n its code:
+ *   q8_0: d * qs[i];  q4_0: d * (n - 8), n = qs[j] & 15 for i < 16, qs[j] >> 4 for i >= 16;
+ *   q4_1: d * n + m;  iq4_nl: d * T[n], T = {-127,-104,-83,-65,-49,-35,-22,-10,1,13,25,38,
+ *   53,69,89,113};  q5_0 / q5_1: as q4_0 / q4_1 with n |= ((h >> i) & 1) << 4 (h the
+ *   little-endian uint32 of qh) and -16 for -8.
+ * A row of a block format is head_dim / 32 blocks: head_dim (and head_dim_v) must be
+ * multiples of 32. fp8 and int8 take a byte a value. */
+typedef enum fcl_kv_format {
+    FCL_KV_FORMAT_DTYPE = 0, /* dtype_kv, as in v0.2 */
+    FCL_KV_F32 = 1,
+    FCL_KV_F16 = 2,
+    FCL_KV_BF16 = 3,
+    FCL_KV_Q8_0 = 4,      /* ggml block_q8_0:   half d; int8 qs[32]            34 bytes */
+    FCL_KV_Q4_0 = 5,      /* ggml block_q4_0:   half d; uint8 qs[16]           18 bytes */
+    FCL_KV_Q4_1 = 6,      /* ggml block_q4_1:   half d, m; uint8 qs[16]        20 bytes */
+    FCL_KV_Q5_0 = 7,      /* ggml block_q5_0:   half d; uint8 qh[4], qs[16]    22 bytes */
+    FCL_KV_Q5_1 = 8,      /* ggml block_q5_1:   half d, m; uint8 qh[4], qs[16] 24 bytes */
+    FCL_KV_IQ4_NL = 9,    /* ggml block_iq4_nl: half d; uint8 qs[16]           18 bytes */
+    FCL_KV_FP8_E4M3 = 10, /* OCP E4M3FN: bias 7, no infinities, S.1111.111 is NaN, max 448 */
+    FCL_KV_FP8_E5M2 = 11, /* OCP E5M2: bias 15, infinities and NaNs as IEEE, max 57344 */
+    FCL_KV_INT8 = 12      /* int8, x = q (times the scale) */
+} fcl_kv_format;
+
+/* The factor K's (or V's) decoded values take: attention uses exactly decode(bits) * scale. */
+typedef enum fcl_kv_scale {
+    FCL_KV_SCALE_NONE = 0,   /* as decoded (ggml's blocks carry their own d) */
+    FCL_KV_SCALE_TENSOR = 1, /* one float: k_scale / v_scale in the descriptor (vLLM) */
+    FCL_KV_SCALE_HEAD = 2,   /* float32 [batch][heads_kv]: scales[b * batch_stride + h], batch
+                                stride 0: one row for every sequence (FlashAttention-3) */
+    FCL_KV_SCALE_TOKEN = 3   /* float32 per (token, kv head), a tensor with its own view, paged
+                                like K/V (LMDeploy's int8) */
+} fcl_kv_scale;
+
 typedef struct fcl_attention_desc {
     size_t batch, heads_q;
     size_t heads_kv; /* 0 = heads_q; must divide heads_q (GQA, MQA) */
@@ -368,6 +404,23 @@ typedef struct fcl_attention_desc {
     int window;
     size_t window_left, window_right;
     fcl_precision precision; /* float32 storage's arithmetic (FCL_PRECISION_F32: float32) */
+
+    /* ---- v0.3: quantized and 8-bit K/V (all zero: as above) ---- */
+    /* K's and V's formats (0: dtype_kv); q and out keep dtype_q and dtype_o, scores and
+     * accumulators stay float32. For a format other than f32/f16/bf16, k_view and v_view
+     * count bytes (offset and strides; ggml's nb[]) and a row's bytes are contiguous
+     * (head_dim / 32 blocks, or head_dim bytes); zero strides mean contiguous rows in the
+     * layout. A ggml format's offset and strides must be even. V may be a view of K's bytes
+     * (MLA): its rows are then the first head_dim_v / 32 blocks (or bytes) of K's. */
+    fcl_kv_format format_k, format_v;
+    fcl_kv_scale scale_mode_k, scale_mode_v;
+    float k_scale, v_scale; /* FCL_KV_SCALE_TENSOR (0 = 1) */
+    size_t k_scales_batch_stride, v_scales_batch_stride; /* FCL_KV_SCALE_HEAD */
+    /* FCL_KV_SCALE_TOKEN: scale (b, h, t) at offset + b*batch_stride + h*head_stride +
+     * t*token_stride float32 elements of io.k_scales (paged: b the page and t the slot, as
+     * K's rows); zero strides: [page or batch][heads_kv][tokens] (packed K/V, cu_seqlens_kv,
+     * need strides). */
+    fcl_tensor_view k_scales_view, v_scales_view;
 } fcl_attention_desc;
 
 /* out[b,h,i,:] = sum_j softmax_j(s_ij) v_j, with kv head h / (heads_q / heads_kv) and
@@ -400,6 +453,7 @@ typedef struct fcl_attention_io {
     cl_mem q, k, v, mask, out, lse;
     cl_mem seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table;
     cl_mem alibi_slopes, sinks;
+    cl_mem k_scales, v_scales; /* v0.3: float32, as scale_mode_k / _v need (else NULL) */
 } fcl_attention_io;
 
 /* The same in host memory (fcl_attention_run_host, blocking): each buffer's extent is what its
@@ -411,6 +465,7 @@ typedef struct fcl_attention_host_io {
     float *lse;
     const int32_t *seqlens_kv, *cu_seqlens_q, *cu_seqlens_kv, *block_table;
     const float *alibi_slopes, *sinks;
+    const float *k_scales, *v_scales; /* v0.3 */
 } fcl_attention_host_io;
 
 /* Attention with every v0.2 feature. The host call validates every index (lengths within
@@ -432,12 +487,56 @@ FCL_API fcl_status fcl_alibi_slopes(size_t heads, float max_bias, float *slopes)
 /* Merges partial attention results over disjoint sets of keys (other devices, a shared
  * prefix, split-KV): parts are float32 outs[p] [rows][head_dim_v] with lses[p] [rows];
  * out = sum_p e^(lse_p - lse) out_p, lse = logsumexp_p lse_p. Parts with lse -inf add
- * nothing; all -inf gives 0 and -inf. out (and lse) may be one of the parts (the same index
- * for both); lse may be NULL. */
+ * nothing; all -inf gives 0 and -inf. out may be one part's out and lse one part's lse (the
+ * same part or two; not a part's other kind of buffer); lse may be NULL. */
 FCL_API fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows,
                                        size_t head_dim_v, const cl_mem *outs, const cl_mem *lses,
                                        cl_mem out, cl_mem lse, cl_uint n_wait,
                                        const cl_event *wait, cl_event *done);
+
+/* ---- v0.3: writing new tokens into a K/V cache of any format ---- */
+typedef struct fcl_kv_write_desc {
+    size_t tokens, heads_kv, head_dim, head_dim_v; /* head_dim_v 0 = head_dim */
+    fcl_dtype dtype_in;                   /* of the new k and v: f32, f16 or bf16 */
+    fcl_tensor_view k_in_view, v_in_view; /* element (0, h, t, d); zero strides:
+                                             [tokens][heads_kv][dim] */
+    size_t page_size;                     /* keys per page; for a contiguous cache: its capacity */
+    size_t num_pages;                     /* pages (or sequences) the cache holds */
+    /* The cache, as fcl_attention_desc describes it (format 0: dtype_in's) */
+    fcl_kv_format format_k, format_v;
+    fcl_kv_scale scale_mode_k, scale_mode_v;
+    float k_scale, v_scale;
+    size_t k_scales_batch_stride, v_scales_batch_stride; /* 0: HEAD scales are one row */
+    fcl_tensor_view k_view, v_view, k_scales_view, v_scales_view;
+    fcl_layout layout; /* the cache's default strides */
+} fcl_kv_write_desc;
+typedef struct fcl_kv_write_io {
+    cl_mem k_in, v_in, slots;        /* slots: int32 [tokens] */
+    cl_mem k, v, k_scales, v_scales; /* the cache; scales as the modes need (else NULL) */
+} fcl_kv_write_io;
+typedef struct fcl_kv_write_host_io {
+    const void *k_in, *v_in;
+    const int32_t *slots;
+    void *k, *v; /* may be the same pointer (K and V views of one cache), not otherwise overlap */
+    float *k_scales, *v_scales;
+} fcl_kv_write_host_io;
+/* Token t's K and V rows go to slot s = slots[t] (vLLM's slot_mapping): page s / page_size,
+ * position s % page_size; a negative slot skips the token. The values are encoded from
+ * y = x (FCL_KV_SCALE_NONE) or x / scale (TENSOR, HEAD: HEAD's [heads_kv] row; float32,
+ * correctly rounded): float formats round to nearest even; q8_0, q4_0, q4_1, q5_0 and q5_1
+ * give exactly the bytes of ggml's reference quantizers (quantize_row_*_ref); fp8 rounds to
+ * nearest even and saturates to its largest finite value (infinities too), NaN stays a NaN
+ * code; int8 rounds half to even and clamps to [-127, 127]. With FCL_KV_SCALE_TOKEN (fp8 and
+ * int8) each row's scale is first set to amax / 127 (int8), amax / 448 (e4m3) or
+ * amax / 57344 (e5m2), a row of zeros to 0 with zero codes. iq4_nl, and ggml and float
+ * formats with TOKEN scales, are FCL_ERROR_UNSUPPORTED. Nothing but the written rows and
+ * their scales changes. The host call validates every slot (< num_pages * page_size) and
+ * names the first bad one, writing nothing; the device call skips an out-of-range slot. */
+FCL_API fcl_status fcl_kv_write(fcl_context *ctx, const fcl_kv_write_desc *d,
+                                const fcl_kv_write_io *io, cl_uint n_wait, const cl_event *wait,
+                                cl_event *done);
+FCL_API fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *d,
+                                     const fcl_kv_write_host_io *io); /* blocking */
 
 /* Which kernel family runs a descriptor. */
 typedef enum fcl_attention_path {

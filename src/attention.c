@@ -4,13 +4,15 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Which optional buffers an io (device or host: the fields have the same names) gives. */
 #define FCL_GIVEN_BY(io)                                                                       \
     {(io)->mask != NULL,          (io)->lse != NULL,           (io)->seqlens_kv != NULL,      \
      (io)->cu_seqlens_q != NULL,  (io)->cu_seqlens_kv != NULL, (io)->block_table != NULL,     \
-     (io)->alibi_slopes != NULL,  (io)->sinks != NULL}
+     (io)->alibi_slopes != NULL,  (io)->sinks != NULL,         (io)->k_scales != NULL,        \
+     (io)->v_scales != NULL}
 
 /* Whether every row of q, k and v starts at a multiple of 8 elements (16 bytes of half
  * storage), as the tensor-core kernels' copies need. */
@@ -136,7 +138,9 @@ fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
     /* The buffers the descriptor's features need, as a call would give them. */
     fcl_attention_given g = {.mask = d->mask_type != FCL_MASK_NONE,
                              .block_table = d->page_size > 0,
-                             .alibi_slopes = d->alibi_from_mask != 0};
+                             .alibi_slopes = d->alibi_from_mask != 0,
+                             .k_scales = d->scale_mode_k >= FCL_KV_SCALE_HEAD,
+                             .v_scales = d->scale_mode_v >= FCL_KV_SCALE_HEAD};
     fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
         s = plan(ctx, &pr, &l, &run);
@@ -177,8 +181,8 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
         cl_ulong *limit;
     } need[] = {
         {"q", io->q, 1, e.q, fcl_dtype_size(d->dtype_q), &p->q_limit},
-        {"k", io->k, 1, e.k, fcl_dtype_size(d->dtype_kv), &p->k_limit},
-        {"v", io->v, 1, e.v, fcl_dtype_size(d->dtype_kv), &p->v_limit},
+        {"k", io->k, 1, e.k, fcl_format_unit_bytes(d->format_k), &p->k_limit},
+        {"v", io->v, 1, e.v, fcl_format_unit_bytes(d->format_v), &p->v_limit},
         {"out", io->out, 1, e.out, fcl_dtype_size(d->dtype_o), &p->o_limit},
         {"mask (mask_type is set)", io->mask, 0, e.mask, mask_element_bytes(d->mask_type), NULL},
         {"lse", io->lse, 0, e.lse, sizeof(float), &p->lse_limit},
@@ -188,6 +192,8 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
         {"block_table", io->block_table, 0, e.block_table, sizeof(cl_int), NULL},
         {"alibi_slopes", io->alibi_slopes, 0, e.alibi_slopes, sizeof(float), NULL},
         {"sinks", io->sinks, 0, e.sinks, sizeof(float), NULL},
+        {"k_scales", io->k_scales, 0, e.k_scales, sizeof(float), &p->ks_limit},
+        {"v_scales", io->v_scales, 0, e.v_scales, sizeof(float), &p->vs_limit},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++) {
         size_t bytes = 0;
@@ -211,7 +217,8 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
                                  io->mask,        io->out,        io->lse,
                                  NULL,            NULL,           io->seqlens_kv,
                                  io->cu_seqlens_q, io->cu_seqlens_kv, io->block_table,
-                                 io->alibi_slopes, io->sinks};
+                                 io->alibi_slopes, io->sinks,    io->k_scales,
+                                 io->v_scales};
     *b = all;
     return FCL_SUCCESS;
 }
@@ -406,11 +413,11 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     if (s != FCL_SUCCESS)
         return s;
     const fcl_attention_desc *d = &pr.d;
-    const size_t sq = fcl_dtype_size(d->dtype_q), skv = fcl_dtype_size(d->dtype_kv);
-    const size_t so = fcl_dtype_size(d->dtype_o);
+    const size_t sq = fcl_dtype_size(d->dtype_q), so = fcl_dtype_size(d->dtype_o);
+    const size_t sk = fcl_format_unit_bytes(d->format_k), sv = fcl_format_unit_bytes(d->format_v);
     host_tensor q = host_tensor_of("q", io->q, d->q_view.offset, e.q, sq);
-    host_tensor k = host_tensor_of("k", io->k, d->k_view.offset, e.k, skv);
-    host_tensor v = host_tensor_of("v", io->v, d->v_view.offset, e.v, skv);
+    host_tensor k = host_tensor_of("k", io->k, d->k_view.offset, e.k, sk);
+    host_tensor v = host_tensor_of("v", io->v, d->v_view.offset, e.v, sv);
     host_tensor out = host_tensor_of("out", io->out, d->o_view.offset, e.out, so);
     const host_tensor inputs[3] = {q, k, v};
     for (int i = 0; i < 3; i++)
@@ -429,8 +436,8 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     if (s != FCL_SUCCESS)
         return s;
     b.q = upload(ctx, q.base, q.bytes, dev.q * sq, &err);
-    b.k = upload(ctx, k.base, k.bytes, dev.k * skv, &err);
-    b.v = upload(ctx, v.base, v.bytes, dev.v * skv, &err);
+    b.k = upload(ctx, k.base, k.bytes, dev.k * sk, &err);
+    b.v = upload(ctx, v.base, v.bytes, dev.v * sv, &err);
     b.mask = upload(ctx, io->mask, e.mask * mask_element_bytes(d->mask_type), 0, &err);
     b.seqlens_kv = upload(ctx, io->seqlens_kv, e.seqlens_kv * sizeof(int32_t), 0, &err);
     b.cu_seqlens_q = upload(ctx, io->cu_seqlens_q, e.cu_seqlens * sizeof(int32_t), 0, &err);
@@ -438,6 +445,8 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     b.block_table = upload(ctx, io->block_table, e.block_table * sizeof(int32_t), 0, &err);
     b.alibi_slopes = upload(ctx, io->alibi_slopes, e.alibi_slopes * sizeof(float), 0, &err);
     b.sinks = upload(ctx, io->sinks, e.sinks * sizeof(float), 0, &err);
+    b.k_scales = upload(ctx, io->k_scales, e.k_scales * sizeof(float), 0, &err);
+    b.v_scales = upload(ctx, io->v_scales, e.v_scales * sizeof(float), 0, &err);
     /* out starts as the caller's, so what lies between its rows comes back unchanged. */
     if (err == CL_SUCCESS)
         b.out = fcl_host_buffer(ctx, CL_MEM_READ_WRITE, out.bytes, out.base, &err);
@@ -460,8 +469,10 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
 release:
     if (done)
         clReleaseEvent(done);
-    cl_mem all[] = {b.q, b.k, b.v, b.mask, b.out, b.lse, b.seqlens_kv, b.cu_seqlens_q,
-                    b.cu_seqlens_kv, b.block_table, b.alibi_slopes, b.sinks};
+    cl_mem all[] = {b.q,          b.k,           b.v,           b.mask,
+                    b.out,        b.lse,         b.seqlens_kv,  b.cu_seqlens_q,
+                    b.cu_seqlens_kv, b.block_table, b.alibi_slopes, b.sinks,
+                    b.k_scales,   b.v_scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -517,25 +528,37 @@ static cl_int merge_step(fcl_context *ctx, cl_mem a_out, cl_mem a_lse, cl_mem b_
     return err;
 }
 
-/* The part that out (and lse) already is, or -1; FCL_ERROR_INVALID_ARGUMENT where out and lse
- * are parts of different indices or out is a part's lse. */
-static fcl_status own_part(fcl_context *ctx, size_t n_parts, const cl_mem *outs, const cl_mem *lses,
-                           cl_mem out, cl_mem lse, long *own)
+/* The parts whose out and lse buffers out and lse are (-1: none); FCL_ERROR_INVALID_ARGUMENT
+ * where out is a part's lse or lse a part's out. */
+static fcl_status own_parts(fcl_context *ctx, size_t n_parts, const cl_mem *outs, const cl_mem *lses,
+                            cl_mem out, cl_mem lse, long *out_part, long *lse_part)
 {
-    *own = -1;
+    *out_part = *lse_part = -1;
     for (size_t p = 0; p < n_parts; p++) {
         if (out == lses[p] || (lse && lse == outs[p]))
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                             "out or lse is the other kind of buffer of part %zu", p);
-        if (out == outs[p] || (lse && lse == lses[p])) {
-            if (out != outs[p] || (lse && lse != lses[p]))
-                return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                                "out and lse must be the buffers of the same part (part %zu has one "
-                                "of them)", p);
-            *own = (long)p;
-        }
+        if (out == outs[p])
+            *out_part = (long)p;
+        if (lse && lse == lses[p])
+            *lse_part = (long)p;
     }
     return FCL_SUCCESS;
+}
+
+/* The order the parts are merged in: out's part first, then lse's, so that each is read (in
+ * the first merge, which reads an element before it writes it) before it is overwritten;
+ * the others after. */
+static void merge_order(size_t n_parts, long out_part, long lse_part, size_t *order)
+{
+    size_t n = 0;
+    if (out_part >= 0)
+        order[n++] = (size_t)out_part;
+    if (lse_part >= 0 && lse_part != out_part)
+        order[n++] = (size_t)lse_part;
+    for (size_t p = 0; p < n_parts; p++)
+        if ((long)p != out_part && (long)p != lse_part)
+            order[n++] = p;
 }
 
 fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, size_t head_dim_v,
@@ -567,17 +590,23 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
         if (s == FCL_SUCCESS)
             s = fcl_check_buffer(ctx, name, lses[p], lse_bytes);
     }
-    long own;
+    long out_part, lse_part;
     if (s == FCL_SUCCESS)
-        s = own_part(ctx, n_parts, outs, lses, out, lse, &own);
+        s = own_parts(ctx, n_parts, outs, lses, out, lse, &out_part, &lse_part);
     if (s != FCL_SUCCESS)
         return s;
+    size_t *order = malloc(n_parts * sizeof *order);
+    if (!order)
+        return fcl_fail(ctx, FCL_ERROR_OUT_OF_HOST_MEMORY, "no host memory for %zu parts", n_parts);
+    merge_order(n_parts, out_part, lse_part, order);
 
     pthread_mutex_lock(&ctx->build_lock);
     s = fcl_build_merge(ctx);
     pthread_mutex_unlock(&ctx->build_lock);
-    if (s != FCL_SUCCESS)
+    if (s != FCL_SUCCESS) {
+        free(order);
         return s;
+    }
     /* Without the caller's lse, the merged lse lives in the context's scratch memory, whose
      * last user the first merge waits for. */
     cl_mem lse_to = lse;
@@ -589,19 +618,17 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
         s = fcl_scratch_wait_list(ctx, n_wait, wait, &after);
     if (s != FCL_SUCCESS) {
         pthread_mutex_unlock(&ctx->lock);
+        free(order);
         return s;
     }
-    /* A chain of pairwise merges into (out, lse_to), starting from the part out already is,
-     * so that no part is overwritten before it is read. */
-    const size_t first = own >= 0 ? (size_t)own : 0;
-    cl_mem acc_out = outs[first], acc_lse = lses[first];
+    /* A chain of pairwise merges into (out, lse_to) in merge_order's order (one part alone:
+     * a copy). */
+    cl_mem acc_out = outs[order[0]], acc_lse = lses[order[0]];
     cl_event prev = NULL;
     cl_int err = CL_SUCCESS;
-    for (size_t p = 0; p < n_parts && err == CL_SUCCESS; p++) {
-        if (p == first && n_parts > 1)
-            continue;
+    for (size_t i = n_parts > 1 ? 1 : 0; i < n_parts && err == CL_SUCCESS; i++) {
         cl_event next = NULL;
-        const cl_mem b_out = p == first ? NULL : outs[p], b_lse = p == first ? NULL : lses[p];
+        const cl_mem b_out = i ? outs[order[i]] : NULL, b_lse = i ? lses[order[i]] : NULL;
         err = merge_step(ctx, acc_out, acc_lse, b_out, b_lse, out, lse_to, rows, head_dim_v,
                          prev ? 1 : after.n, prev ? &prev : after.events, &next);
         if (prev)
@@ -611,6 +638,7 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
         acc_lse = lse_to;
     }
     fcl_wait_list_free(&after);
+    free(order);
     if (prev && !lse)
         fcl_scratch_used(ctx, prev);
     pthread_mutex_unlock(&ctx->lock);

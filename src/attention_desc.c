@@ -141,11 +141,116 @@ static fcl_status check_features(fcl_context *ctx, const fcl_attention_desc *d,
     return FCL_SUCCESS;
 }
 
+/* ---- K and V formats and scales (v0.3) ---- */
+
+int fcl_attention_kv_coded(const fcl_attention_desc *d)
+{
+    const unsigned fk = d->format_k ? (unsigned)d->format_k : fcl_format_of_dtype(d->dtype_kv);
+    const unsigned fv = d->format_v ? (unsigned)d->format_v : fcl_format_of_dtype(d->dtype_kv);
+    const fcl_format_traits *t = fcl_format(fk);
+    return fk != fv || !t || !(t->roles & FCL_ROLE_FLOAT) || d->scale_mode_k || d->scale_mode_v;
+}
+
+/* One of K's or V's coding: its format (0 becomes dtype_kv's) with the head dim it needs, and
+ * its scale mode with what that mode needs and nothing it does not. */
+typedef struct kv_side {
+    const char *x;          /* "k" or "v" */
+    fcl_kv_format *format;
+    fcl_kv_scale mode;
+    float scale;
+    size_t dim, batch_stride;
+    const fcl_tensor_view *scales_view;
+    int has_scales;         /* io's k_scales / v_scales */
+} kv_side;
+
+static int view_is_zero(const fcl_tensor_view *v)
+{
+    return !v->offset && !v->batch_stride && !v->head_stride && !v->token_stride;
+}
+
+static fcl_status check_kv_side(fcl_context *ctx, const fcl_attention_desc *d, kv_side x,
+                                int packed)
+{
+    if ((unsigned)*x.format > FCL_KV_FORMAT_MAX)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "format_%s (%u) is not an fcl_kv_format",
+                        x.x, (unsigned)*x.format);
+    if (*x.format == FCL_KV_FORMAT_DTYPE)
+        *x.format = (fcl_kv_format)fcl_format_of_dtype(d->dtype_kv);
+    const fcl_format_traits *f = fcl_format(*x.format);
+    if (x.dim % f->elems)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "format_%s %s holds %zu values a block: head_dim%s (%zu) must be a "
+                        "multiple of %zu",
+                        x.x, f->name, f->elems, *x.x == 'v' ? "_v" : "", x.dim, f->elems);
+    if ((unsigned)x.mode > FCL_KV_SCALE_TOKEN)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "scale_mode_%s (%u) is not an fcl_kv_scale",
+                        x.x, (unsigned)x.mode);
+    if (!isfinite(x.scale) || (x.scale != 0.0f && x.mode != FCL_KV_SCALE_TENSOR))
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scale (%g) must be finite, and 0 unless scale_mode_%s is "
+                        "FCL_KV_SCALE_TENSOR",
+                        x.x, (double)x.scale, x.x);
+    const int wants_buffer = x.mode == FCL_KV_SCALE_HEAD || x.mode == FCL_KV_SCALE_TOKEN;
+    if (wants_buffer != x.has_scales)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        x.has_scales ? "%s_scales was given but scale_mode_%s is neither "
+                                       "FCL_KV_SCALE_HEAD nor FCL_KV_SCALE_TOKEN"
+                                     : "%s_scales is NULL but scale_mode_%s needs it",
+                        x.x, x.x);
+    if (x.batch_stride && x.mode != FCL_KV_SCALE_HEAD)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scales_batch_stride (%zu) is set but scale_mode_%s is not "
+                        "FCL_KV_SCALE_HEAD",
+                        x.x, x.batch_stride, x.x);
+    if (x.mode == FCL_KV_SCALE_HEAD && x.batch_stride && x.batch_stride < d->heads_kv)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scales_batch_stride (%zu) is smaller than heads_kv (%zu): scale rows "
+                        "would overlap",
+                        x.x, x.batch_stride, d->heads_kv);
+    if (!view_is_zero(x.scales_view) && x.mode != FCL_KV_SCALE_TOKEN)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scales_view is set but scale_mode_%s is not FCL_KV_SCALE_TOKEN", x.x, x.x);
+    if (x.mode == FCL_KV_SCALE_TOKEN && packed && !x.scales_view->batch_stride &&
+        !x.scales_view->head_stride && !x.scales_view->token_stride)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scales_view needs strides with cu_seqlens_kv (packed K/V have no "
+                        "default scale layout)", x.x);
+    return FCL_SUCCESS;
+}
+
+fcl_status fcl_check_kv_alignment(fcl_context *ctx, const char *x, unsigned format,
+                                  const fcl_tensor_view *v)
+{
+    const fcl_format_traits *f = fcl_format(format);
+    if (!(f->roles & FCL_ROLE_GGML))
+        return FCL_SUCCESS;
+    const size_t at[4] = {v->offset, v->batch_stride, v->head_stride, v->token_stride};
+    const char *names[4] = {"offset", "batch_stride", "head_stride", "token_stride"};
+    for (int i = 0; i < 4; i++)
+        if (at[i] % 2)
+            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                            "%s_view.%s (%zu bytes) is odd: %s blocks are 2-byte aligned", x,
+                            names[i], at[i], f->name);
+    return FCL_SUCCESS;
+}
+
+fcl_tensor_view fcl_scales_view_resolve(fcl_tensor_view v, int packed, size_t heads, size_t tokens)
+{
+    if (!v.batch_stride && !v.head_stride && !v.token_stride) {
+        v.batch_stride = heads * tokens;
+        v.head_stride = tokens;
+        v.token_stride = 1;
+    }
+    if (packed)
+        v.batch_stride = 0;
+    return v;
+}
+
 /* A view whose strides are all 0 takes them from the layout: for `tokens` tokens per batch
  * entry (per page when paged), or [total][heads][dim] when packed. A packed view's batch
  * stride is ignored (0). */
-static fcl_tensor_view resolve_view(fcl_tensor_view v, fcl_layout layout, int packed, size_t heads,
-                                    size_t tokens, size_t dim)
+fcl_tensor_view fcl_view_resolve(fcl_tensor_view v, fcl_layout layout, int packed, size_t heads,
+                                 size_t tokens, size_t dim)
 {
     if (!v.batch_stride && !v.head_stride && !v.token_stride) {
         int bhld = layout == FCL_LAYOUT_BHLD && !packed;
@@ -173,12 +278,36 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
         s = check_features(ctx, &d, given);
     if (s != FCL_SUCCESS)
         return s;
+    const int packed_kv = given->cu_seqlens_kv;
+    const kv_side sides[2] = {
+        {"k", &d.format_k, d.scale_mode_k, d.k_scale, d.head_dim, d.k_scales_batch_stride,
+         &d.k_scales_view, given->k_scales},
+        {"v", &d.format_v, d.scale_mode_v, d.v_scale, d.head_dim_v, d.v_scales_batch_stride,
+         &d.v_scales_view, given->v_scales}};
+    for (int i = 0; i < 2 && s == FCL_SUCCESS; i++)
+        s = check_kv_side(ctx, &d, sides[i], packed_kv);
+    if (s != FCL_SUCCESS)
+        return s;
+    const int coded = fcl_attention_kv_coded(&d);
+    if (!coded)
+        d.dtype_kv = (fcl_dtype)fcl_format(d.format_k)->dtype;
     const int paged = d.page_size > 0;
     const size_t kv_tokens = paged ? d.page_size : d.len_kv;
-    d.q_view = resolve_view(d.q_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim);
-    d.o_view = resolve_view(d.o_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim_v);
-    d.k_view = resolve_view(d.k_view, d.layout, given->cu_seqlens_kv, d.heads_kv, kv_tokens, d.head_dim);
-    d.v_view = resolve_view(d.v_view, d.layout, given->cu_seqlens_kv, d.heads_kv, kv_tokens, d.head_dim_v);
+    d.q_view = fcl_view_resolve(d.q_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim);
+    d.o_view = fcl_view_resolve(d.o_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim_v);
+    d.k_view = fcl_view_resolve(d.k_view, d.layout, packed_kv, d.heads_kv, kv_tokens,
+                            fcl_format_row_units(d.format_k, d.head_dim));
+    d.v_view = fcl_view_resolve(d.v_view, d.layout, packed_kv, d.heads_kv, kv_tokens,
+                            fcl_format_row_units(d.format_v, d.head_dim_v));
+    s = fcl_check_kv_alignment(ctx, "k", d.format_k, &d.k_view);
+    if (s == FCL_SUCCESS)
+        s = fcl_check_kv_alignment(ctx, "v", d.format_v, &d.v_view);
+    if (s != FCL_SUCCESS)
+        return s;
+    if (d.scale_mode_k == FCL_KV_SCALE_TOKEN)
+        d.k_scales_view = fcl_scales_view_resolve(d.k_scales_view, packed_kv, d.heads_kv, kv_tokens);
+    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN)
+        d.v_scales_view = fcl_scales_view_resolve(d.v_scales_view, packed_kv, d.heads_kv, kv_tokens);
     pr->d = d;
 
     fcl_attention_params *p = &pr->params;
@@ -193,7 +322,11 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
                (given->sinks ? FA_FLAG_SINKS : 0) | (given->seqlens_kv ? FA_FLAG_SEQLENS_KV : 0) |
                (given->cu_seqlens_q ? FA_FLAG_CU_Q : 0) |
                (given->cu_seqlens_kv ? FA_FLAG_CU_KV : 0) | (paged ? FA_FLAG_PAGED : 0) |
-               (given->lse ? FA_FLAG_LSE : 0);
+               (given->lse ? FA_FLAG_LSE : 0) | (coded ? FA_FLAG_KV : 0) |
+               (d.scale_mode_k == FCL_KV_SCALE_HEAD ? FA_FLAG_K_HEAD_SCALES : 0) |
+               (d.scale_mode_v == FCL_KV_SCALE_HEAD ? FA_FLAG_V_HEAD_SCALES : 0) |
+               (d.scale_mode_k == FCL_KV_SCALE_TOKEN ? FA_FLAG_K_TOKEN_SCALES : 0) |
+               (d.scale_mode_v == FCL_KV_SCALE_TOKEN ? FA_FLAG_V_TOKEN_SCALES : 0);
     p->dtype_q = d.dtype_q;
     p->dtype_kv = d.dtype_kv;
     p->dtype_o = d.dtype_o;
@@ -224,6 +357,19 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
     /* With softcap the kernels compute softcap * tanh(q_scale * q.k). */
     p->q_scale = d.softcap > 0.0f ? d.scale / d.softcap : d.scale;
     p->softcap = d.softcap;
+    p->format_k = d.format_k;
+    p->format_v = d.format_v;
+    p->k_scale = d.k_scale != 0.0f ? d.k_scale : 1.0f; /* TENSOR's, 0 = 1 (else 0) */
+    p->v_scale = d.v_scale != 0.0f ? d.v_scale : 1.0f;
+    /* HEAD scales: b * stride + h; TOKEN scales: their view. */
+    p->ks_batch = d.k_scales_batch_stride;
+    p->vs_batch = d.v_scales_batch_stride;
+    if (d.scale_mode_k == FCL_KV_SCALE_TOKEN)
+        (p->ks_offset = d.k_scales_view.offset, p->ks_batch = d.k_scales_view.batch_stride,
+         p->ks_head = d.k_scales_view.head_stride, p->ks_token = d.k_scales_view.token_stride);
+    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN)
+        (p->vs_offset = d.v_scales_view.offset, p->vs_batch = d.v_scales_view.batch_stride,
+         p->vs_head = d.v_scales_view.head_stride, p->vs_token = d.v_scales_view.token_stride);
     return FCL_SUCCESS;
 }
 
@@ -248,8 +394,8 @@ static size_t product(size_t a, size_t b)
 /* Elements from the buffer start to one past the last element of a view with `outer` batch
  * entries (or pages), `heads` heads and `tokens` tokens each; 0 when it has no row, SIZE_MAX
  * when that overflows. */
-static size_t view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, size_t tokens,
-                          size_t dim)
+size_t fcl_view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, size_t tokens,
+                       size_t dim)
 {
     if (!outer || !heads || !tokens)
         return 0;
@@ -258,6 +404,17 @@ static size_t view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, 
         !add_product(&e, heads - 1, v->head_stride) || !add_product(&e, tokens - 1, v->token_stride))
         return SIZE_MAX;
     return e;
+}
+
+/* The floats K's or V's scales reach: a row of heads_kv a sequence (HEAD), or their view
+ * over every page or sequence (TOKEN); 0 without. */
+static size_t scales_extent(fcl_kv_scale mode, const fcl_tensor_view *v, size_t batch_stride,
+                            const fcl_attention_desc *d, size_t outer, size_t tokens)
+{
+    size_t e = d->heads_kv;
+    if (mode == FCL_KV_SCALE_HEAD)
+        return add_product(&e, d->batch - 1, batch_stride) ? e : SIZE_MAX;
+    return mode == FCL_KV_SCALE_TOKEN ? fcl_view_extent(v, outer, d->heads_kv, tokens, 1) : 0;
 }
 
 static size_t mask_extent(const fcl_attention_desc *d)
@@ -283,10 +440,16 @@ fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_proble
     else if (packed_kv)
         outer_kv = 1, tokens_kv = total_kv;
     memset(e, 0, sizeof *e);
-    e->q = view_extent(&d->q_view, outer_q, d->heads_q, tokens_q, d->head_dim);
-    e->out = view_extent(&d->o_view, outer_q, d->heads_q, tokens_q, d->head_dim_v);
-    e->k = view_extent(&d->k_view, outer_kv, d->heads_kv, tokens_kv, d->head_dim);
-    e->v = view_extent(&d->v_view, outer_kv, d->heads_kv, tokens_kv, d->head_dim_v);
+    e->q = fcl_view_extent(&d->q_view, outer_q, d->heads_q, tokens_q, d->head_dim);
+    e->out = fcl_view_extent(&d->o_view, outer_q, d->heads_q, tokens_q, d->head_dim_v);
+    e->k = fcl_view_extent(&d->k_view, outer_kv, d->heads_kv, tokens_kv,
+                       fcl_format_row_units(d->format_k, d->head_dim));
+    e->v = fcl_view_extent(&d->v_view, outer_kv, d->heads_kv, tokens_kv,
+                       fcl_format_row_units(d->format_v, d->head_dim_v));
+    e->k_scales = scales_extent(d->scale_mode_k, &d->k_scales_view, d->k_scales_batch_stride, d,
+                                outer_kv, tokens_kv);
+    e->v_scales = scales_extent(d->scale_mode_v, &d->v_scales_view, d->v_scales_batch_stride, d,
+                                outer_kv, tokens_kv);
     e->mask = d->mask_type != FCL_MASK_NONE ? mask_extent(d) : 0;
     e->lse = packed_q ? product(d->heads_q, total_q) : product(product(d->batch, d->heads_q), d->len_q);
     e->seqlens_kv = d->batch;
@@ -297,8 +460,9 @@ fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_proble
                                                      d->alibi_slopes_batch_stride))
         e->alibi_slopes = SIZE_MAX;
     e->sinks = d->heads_q;
-    const size_t all[] = {e->q, e->out, e->k, e->v, e->mask, e->lse, e->block_table, e->alibi_slopes};
-    for (int i = 0; i < 8; i++)
+    const size_t all[] = {e->q,    e->out,         e->k,           e->v,        e->mask,
+                          e->lse, e->block_table, e->alibi_slopes, e->k_scales, e->v_scales};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i] == SIZE_MAX || (all[i] && all[i] > SIZE_MAX / 4))
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                             "batch (%zu) x heads (%zu) x lengths (%zu, %zu) x head dims (%zu, %zu) "
@@ -369,7 +533,8 @@ int fcl_attention_out_overlaps(const fcl_attention_problem *pr, const fcl_attent
     const fcl_attention_desc *d = &pr->d;
     const fcl_tensor_view *views[3] = {&d->q_view, &d->k_view, &d->v_view};
     const size_t ends[3] = {e->q, e->k, e->v};
-    const size_t in_bytes = fcl_dtype_size(input == 0 ? d->dtype_q : d->dtype_kv);
+    const size_t in_bytes = input == 0 ? fcl_dtype_size(d->dtype_q)
+                                       : fcl_format_unit_bytes(input == 1 ? d->format_k : d->format_v);
     const size_t out_bytes = fcl_dtype_size(d->dtype_o);
     const size_t o_first = d->o_view.offset * out_bytes, o_end = e->out * out_bytes;
     const size_t i_first = views[input]->offset * in_bytes, i_end = ends[input] * in_bytes;

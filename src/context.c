@@ -156,8 +156,6 @@ fcl_status fcl_context_get_cl(const fcl_context *ctx, cl_context *c, cl_device_i
     return FCL_SUCCESS;
 }
 
-size_t fcl_dtype_size(fcl_dtype t) { return t == FCL_DTYPE_F32 ? 4 : 2; }
-
 fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need)
 {
     size_t size;

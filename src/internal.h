@@ -7,6 +7,7 @@
 #include "flashcl.h"
 
 #include "attention_args.h" /* cl/: the attention kernels' arguments, shared with them */
+#include "kv_formats.h"     /* ... the storage formats */
 #include "softmax_args.h"   /* ... and the softmax kernels' */
 
 #include <pthread.h>
@@ -24,9 +25,16 @@
 #define FCL_ATTENTION_MAX_HEAD_DIM_V 512
 #define FCL_ATTENTION_DECODE_MAX_Q 4 /* longest len_q the decode kernel takes */
 /* The feature sets the attention kernels are compiled for (attention_args.h), smallest
- * first: kernel names end in "", "_mod" and "_all". The decode kernel has no _mod build and
- * the rows kernel only _all: their other slots stay NULL. */
-enum { FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES, FCL_ATTENTION_ALL, FCL_ATTENTION_VARIANTS };
+ * first: kernel names end in "", "_mod", "_all" and "_kv" (K and V in any format). The
+ * decode kernel has no _mod build, the rows kernel only _all and _kv, NVIDIA's kernels no _kv:
+ * their other slots stay NULL. */
+enum {
+    FCL_ATTENTION_PLAIN,
+    FCL_ATTENTION_SCORES,
+    FCL_ATTENTION_ALL,
+    FCL_ATTENTION_KV,
+    FCL_ATTENTION_VARIANTS
+};
 #define FCL_MMA_BUCKETS 3 /* the NVIDIA paths' head-dim buckets: up to 64, 128 and 256 */
 /* The tensor-core kernels' product types (cl/attention_mma_nv.cl's FA_MMA_T and
  * FA_MMA_SPLIT): f16 and bf16 storage, float32 storage by 3xTF32 (FCL_PRECISION_F32) and by
@@ -60,7 +68,7 @@ typedef struct fcl_scratch {
 typedef struct fcl_kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
     size_t attention_prefetch_items;
-    int force_inline, attention_pv_vec, attention_prefetch;
+    int force_inline, kv_decode_calls, attention_pv_vec, attention_prefetch;
     /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
      * the rows kernel (a block of queries per work-item) serves that bucket. */
     struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
@@ -117,18 +125,21 @@ struct fcl_context {
     fcl_unit softmax_unit, merge_unit;
     fcl_unit tile_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     fcl_unit decode_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS][FCL_DTYPE_COUNT];
-    fcl_unit rows_unit[FCL_ATTENTION_BUCKETS];
+    fcl_unit rows_unit[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel softmax[FCL_DTYPE_COUNT][FCL_K_SOFTMAX_COUNT];
     /* Per head-dim bucket, path (fcl_attention_path) and feature set, the kernel (NULL where
      * not built: the rows kernel has only FCL_ATTENTION_ALL; the decode path's are below). */
     cl_kernel attention[FCL_ATTENTION_BUCKETS][3][FCL_ATTENTION_VARIANTS];
     fcl_nv_kernels nv; /* NVIDIA's fast path's (src/nvidia.c) */
     /* The rows kernels' decoding form (one_query), built with the rows kernel. */
-    cl_kernel attention_rows_one[FCL_ATTENTION_BUCKETS];
+    cl_kernel attention_rows_one[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS];
     /* The decode kernels per bucket, feature set and K/V storage type: [0] for one query
      * head, [1] for FA_DEC_HEADS query heads of one kv head (heads_step > 1). */
     cl_kernel attention_decode[FCL_ATTENTION_BUCKETS][FCL_ATTENTION_VARIANTS][FCL_DTYPE_COUNT][2];
     cl_kernel attention_merge_splits, attention_merge_parts;
+    fcl_unit kv_write_unit; /* fcl_kv_write's (cl/kv_write.cl) */
+    cl_kernel kv_write;
+    size_t kv_write_group; /* its work-items a group: 64, or fewer where it allows fewer */
     size_t merge_work_group; /* FA_MERGE_LWS, or fewer where the merge kernels allow fewer */
     fcl_scratch scratch; /* under lock */
     fcl_device_info info;
@@ -156,8 +167,23 @@ void fcl_append_error(fcl_context *ctx, const char *text);
 /* Forgets ctx's last error (after a failure flashcl recovered from on its own). */
 void fcl_clear_error(fcl_context *ctx);
 
+/* ---- formats.c: the storage formats of cl/kv_formats.h on the host ---- */
+typedef struct fcl_format_traits {
+    const char *name;    /* "f32", "q8_0", ... */
+    size_t elems, bytes; /* values a block and its bytes */
+    int dtype;           /* its fcl_dtype, or -1 */
+    unsigned roles;      /* FCL_ROLE_* */
+} fcl_format_traits;
+/* A format's traits; NULL for a value that is none (0 included: resolve it first). */
+const fcl_format_traits *fcl_format(unsigned format);
+unsigned fcl_format_of_dtype(fcl_dtype t);
+size_t fcl_dtype_size(fcl_dtype t); /* 0 for a value that is none */
+/* The bytes of a view's unit (an element of a float format, else a byte), and the units a
+ * row of dim values spans; 0 for a format that is none. */
+size_t fcl_format_unit_bytes(unsigned format);
+size_t fcl_format_row_units(unsigned format, size_t dim);
+
 /* ---- context.c ---- */
-size_t fcl_dtype_size(fcl_dtype t);
 /* A caller's cl_mem: not NULL, of ctx's cl_context, at least need bytes (name says which). */
 fcl_status fcl_check_buffer(fcl_context *ctx, const char *name, cl_mem buf, size_t need);
 /* The same, giving the buffer's size in bytes. */
@@ -221,6 +247,8 @@ fcl_status fcl_build_kernels(fcl_context *ctx, const fcl_context_options *opts);
 fcl_status fcl_build_softmax(fcl_context *ctx);
 /* The merge kernels (split-KV and fcl_attention_merge), likewise. */
 fcl_status fcl_build_merge(fcl_context *ctx);
+/* fcl_kv_write's kernel, likewise. */
+fcl_status fcl_build_kv_write(fcl_context *ctx, cl_kernel *kernel);
 /* The kernel of launch l for feature flags: the fewest features that cover them, built where
  * not yet tried; NULL where none of l's path builds or fits (the caller plans another path).
  * A bucket's first tile kernel may make the planner refit its tile
@@ -316,6 +344,7 @@ typedef struct fcl_tuning {
     size_t attention_prefetch_items; /* ... holding up to this many elements of each a
                                         work-item in registers (16, 32, 48 or 64) */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
+    int kv_decode_calls;       /* K/V formats decoded by calls, not inline (FCL_KV_CALLS) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
     char source[96];           /* which table entry, then what changed it (fcl_tuning_apply) */
@@ -399,6 +428,9 @@ void fcl_plan_attention_refit(const fcl_device_info *info, int bucket, size_t ma
  * work-groups fit the device. */
 void fcl_plan_attention_tiles(const fcl_device_info *info, const fcl_tuning *tuning,
                               struct fcl_attention_tile *tiles);
+/* Whether the tile kernel has a build for a head-dim bucket and feature set (where it has
+ * none, its calls run the rows kernel). */
+int fcl_plan_tile_built(int bucket, int variant);
 /* Whether to build the tensor-core path (cl/attention_mma_nv.cl) for this device: 1, or 0
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
@@ -498,13 +530,13 @@ enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
 /* The features and kernel-name suffix of each FCL_ATTENTION_* feature set. */
 static inline unsigned fcl_attention_variant_features(int variant)
 {
-    static const unsigned features[FCL_ATTENTION_VARIANTS] = {FA_FEATURES_PLAIN,
-                                                              FA_FEATURES_SCORES, FA_FEATURES_ALL};
+    static const unsigned features[FCL_ATTENTION_VARIANTS] = {
+        FA_FEATURES_PLAIN, FA_FEATURES_SCORES, FA_FEATURES_ALL, FA_FEATURES_KV};
     return features[variant];
 }
 static inline const char *fcl_attention_variant_suffix(int variant)
 {
-    static const char *const suffix[FCL_ATTENTION_VARIANTS] = {"", "_mod", "_all"};
+    static const char *const suffix[FCL_ATTENTION_VARIANTS] = {"", "_mod", "_all", "_kv"};
     return suffix[variant];
 }
 
@@ -519,17 +551,39 @@ typedef struct fcl_attention_problem {
 /* Which optional buffers an io gives (the device and host io alike). */
 typedef struct fcl_attention_given {
     int mask, lse, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table, alibi_slopes, sinks;
+    int k_scales, v_scales;
 } fcl_attention_given;
+/* A view whose strides are all 0 takes them from the layout, for `tokens` tokens per batch
+ * entry (per page when paged) of rows of dim units, or [total][heads][dim] when packed (a
+ * packed view's batch stride is ignored: 0). */
+fcl_tensor_view fcl_view_resolve(fcl_tensor_view v, fcl_layout layout, int packed, size_t heads,
+                                 size_t tokens, size_t dim);
+/* A TOKEN scales view: zero strides are [page or batch][heads][tokens]. */
+fcl_tensor_view fcl_scales_view_resolve(fcl_tensor_view v, int packed, size_t heads, size_t tokens);
+/* Units from the buffer start to one past the last unit of a view with `outer` batch entries
+ * (or pages), `heads` heads and `tokens` tokens of rows of dim units; 0 when it has no row,
+ * SIZE_MAX when that overflows. */
+size_t fcl_view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, size_t tokens,
+                       size_t dim);
+/* A ggml format's blocks are 2-byte aligned: view x's offset and strides (bytes) must be even
+ * (FCL_ERROR_INVALID_ARGUMENT naming the field otherwise). */
+fcl_status fcl_check_kv_alignment(fcl_context *ctx, const char *x, unsigned format,
+                                  const fcl_tensor_view *v);
+/* Whether d's K and V take the coded kernels (FA_FLAG_KV): a format other than f32, f16 or
+ * bf16, K and V in different formats, or scales. d resolved or not (format 0: dtype_kv). */
+int fcl_attention_kv_coded(const fcl_attention_desc *d);
 
 /* Validates desc and resolves it (FCL_ERROR_INVALID_ARGUMENT with a sentence naming the field,
  * its value and the limit), with the optional buffers that come with it. */
 fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *desc,
                                  const fcl_attention_given *given, fcl_attention_problem *pr);
 
-/* Elements each tensor reaches (from its view's offset to the end of its last row), for
+/* Units each tensor reaches (from its view's offset to the end of its last row; elements, or
+ * bytes for K and V of a coded format), for
  * packed tensors given the total token counts (1 where unknown: the device call). */
 typedef struct fcl_attention_extents {
     size_t q, k, v, out, mask, lse, seqlens_kv, cu_seqlens, block_table, alibi_slopes, sinks;
+    size_t k_scales, v_scales; /* floats; 0 where the scale mode has no buffer */
 } fcl_attention_extents;
 fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_problem *pr,
                                     size_t total_q, size_t total_kv,

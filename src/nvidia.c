@@ -12,6 +12,7 @@
 #include <string.h>
 
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
+extern const char fcl_cl_kv_formats[];
 extern const char fcl_cl_common[];
 extern const char fcl_cl_softmax_args[];
 extern const char fcl_cl_softmax_common[];
@@ -55,7 +56,8 @@ static char *mma_source(const nv_parts *p)
     int attention = 0;
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         attention |= p->mma[b] || p->decode[b];
-    fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+    fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n",
+                 fcl_cl_kv_formats, fcl_cl_common);
     fcl_text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
     if (attention)
         fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
@@ -302,6 +304,10 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
     return finish_nv_unit(ctx, u, s, fits, what, why);
 }
 
+/* The shuffle decode kernel's feature sets: the portable decode kernel's but K/V formats
+ * (the planner keeps those calls on the portable kernels). */
+static int nv_decode_built_for(int v) { return fcl_decode_built_for(v) && v != FCL_ATTENTION_KV; }
+
 static char *nv_source(int program)
 {
     nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
@@ -310,7 +316,7 @@ static char *nv_source(int program)
         if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[b] = (1u << FCL_MMA_KINDS) - 1;
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
-                p.decode[b] |= (unsigned)fcl_decode_built_for(v) << v;
+                p.decode[b] |= (unsigned)nv_decode_built_for(v) << v;
         }
     if (program >= FCL_MMA_BUCKETS || program == FCL_SOURCE_MERGE)
         return NULL;
@@ -339,7 +345,7 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
             s = build_mma(ctx, b, l->mma_kind);
         if (ctx->nv.mma_unit[b][l->mma_kind].state == 1)
             *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[b][l->mma_kind];
-    } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && fcl_decode_built_for(v)) {
+    } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);
         if (ctx->nv.decode_unit[b][v].state == 1)

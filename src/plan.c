@@ -225,6 +225,10 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
      * llvm.experimental.noalias.scope.decl that forced inlining of struct-returning helpers
      * leaves; it needs no speed. */
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
+    /* Where local memory is ordinary memory (CPUs) the rows kernel runs the calls and the tile
+     * and decode kernels only tests: their decoding of K/V formats as calls, not inlined at
+     * every load, cuts POCL's compile of those builds by a third (72 to 49 s at head dim 64). */
+    t->kv_decode_calls = info->local_mem_is_global;
     t->attention_mma = 1;
     t->softmax_nv = 1;
     snprintf(t->source, sizeof t->source, "%s defaults", e->name);
@@ -919,7 +923,8 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     launch->path = path;
     launch->gqa_rows = 0;
     launch->one_query = one_query;
-    launch->dtype_kv = d->dtype_kv;
+    /* the coded build (FA_FLAG_KV) decodes every format in its float32 slot */
+    launch->dtype_kv = fcl_attention_kv_coded(d) ? FCL_DTYPE_F32 : d->dtype_kv;
     launch->block_q = bq;
     launch->block_kv = bk;
     launch->q_tiles = q_tiles;
@@ -953,8 +958,9 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
     /* The rows kernel serves where the device prefers it and where no tile fits; the decode
      * kernel where the plan has it and the head dims are multiples of its loads, except under
      * a loop cap (the tile kernel's loops are modelled, the decode kernel's are not). */
-    const size_t decode_width = FA_DEC_WIDTH(fcl_dtype_size(d->dtype_kv),
-                                             shared_heads_step(d, FA_DEC_HEADS) > 1);
+    const size_t decode_width =
+        FA_DEC_WIDTH(fcl_attention_kv_coded(d) ? sizeof(float) : fcl_dtype_size(d->dtype_kv),
+                     shared_heads_step(d, FA_DEC_HEADS) > 1);
     fcl_attention_path path =
         info->attention_rows_per_item || tile->block_q == 0 ||
                 (avoid >> FCL_ATTENTION_PATH_TILE & 1)
@@ -984,6 +990,15 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
                        : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
                                                            : tile->work_group_size,
                        launch);
+}
+
+/* The tile kernel's builds: every feature set, but K/V formats only up to head dim 128. At
+ * 256 its all-feature build already holds 252 of an RDNA GPU's 256 registers (gfx1030,
+ * .ci/amd-offline-check.sh), and decoding's scale and NaN guard spilled there: such calls
+ * run the rows kernel (a prefill of coded K/V at head dims above 128 is rare: MLA decodes). */
+int fcl_plan_tile_built(int bucket, int variant)
+{
+    return variant != FCL_ATTENTION_KV || bucket < 2;
 }
 
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because, size_t cap)
@@ -1057,12 +1072,13 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
 }
 
 /* The head-dim bucket of d where the NVIDIA kernels take its shape (built, head dims up to
- * 256 in multiples of 8, rows at multiples of 8 elements), else -1. */
+ * 256 in multiples of 8, rows at multiples of 8 elements, K and V of fcl_dtype's types and
+ * unscaled), else -1. */
 static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *d, int rows_aligned)
 {
     const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     if (!info->attention_mma || !rows_aligned || bucket < 0 || bucket >= FCL_MMA_BUCKETS ||
-        d->head_dim % 8 || d->head_dim_v % 8)
+        d->head_dim % 8 || d->head_dim_v % 8 || fcl_attention_kv_coded(d))
         return -1;
     return bucket;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 /* Generated at build time from the cl/ kernel files (cmake/embed_cl.cmake). */
+extern const char fcl_cl_kv_formats[];
 extern const char fcl_cl_common[];
 extern const char fcl_cl_softmax_args[];
 extern const char fcl_cl_softmax_common[];
@@ -23,10 +24,11 @@ extern const char fcl_cl_attention_tile[];
 extern const char fcl_cl_attention_decode[];
 extern const char fcl_cl_attention_rows[];
 extern const char fcl_cl_attention_merge[];
+extern const char fcl_cl_kv_write_args[];
+extern const char fcl_cl_kv_write[];
 
 #define FCL_BASE_BUILD_OPTIONS FCL_CL_STD
 
-const char *const fcl_dtype_suffix[FCL_DTYPE_COUNT] = {"f32", "f16", "bf16"};
 const char *const fcl_softmax_kernel_names[FCL_K_SOFTMAX_COUNT] = {
     "softmax_fused", "softmax_online", "softmax_split_stats", "softmax_split_write",
     "softmax_rows", "softmax_block"};
@@ -68,13 +70,27 @@ void fcl_text_add(fcl_text *t, const char *fmt, ...)
  * calls its all-feature build serves (the tile kernel needs that build for its registers). */
 int fcl_decode_built_for(int variant) { return variant != FCL_ATTENTION_SCORES; }
 
+/* Whether the rows kernel is built for a feature set: everything of v0.2, and with K/V
+ * formats. */
+static int rows_built_for(int variant)
+{
+    return variant == FCL_ATTENTION_ALL || variant == FCL_ATTENTION_KV;
+}
+
+/* The K/V storage types the decode kernels of feature set v are built for: each of fcl_dtype's
+ * (a vector load of that type), or for K/V formats one build that decodes every format. */
+static int decode_types_of(int variant)
+{
+    return variant == FCL_ATTENTION_KV ? 1 : FCL_DTYPE_COUNT;
+}
+
 /* The kernels a program's source holds. For offline compilers, one source holds them all. */
 typedef struct parts {
     int softmax, merge;
     unsigned tile[FCL_ATTENTION_BUCKETS];   /* bit v: the tile kernel of feature set v */
     unsigned decode[FCL_ATTENTION_BUCKETS]; /* bit v: the decode kernels of feature set v */
     unsigned decode_types; /* bit t: ... of K/V storage type t; 0: of every type */
-    unsigned rows;                          /* bit b: the rows kernel of bucket b */
+    unsigned rows[FCL_ATTENTION_BUCKETS];   /* bit v: the rows kernels of feature set v */
 } parts;
 
 /* Bucket b's kernels of feature set v: the tile kernel and the decode kernels (for one query
@@ -94,12 +110,14 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
                         "#define FA_PREFETCH %d\n#define FA_PF_MAX %zu\n#define FA_PV_VEC %d\n"
                         "#line 1 \"attention_tile.cl\"\n%s\n",
                      tile->block_q, tile->block_kv, items_q, tile->work_group_size / items_q,
-                     fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
-                                                 tile->work_group_size),
+                     /* K/V formats: each element's decoding is a switch, not a load to hide */
+                     v != FCL_ATTENTION_KV &&
+                         fcl_attention_tile_prefetch(plan->attention_prefetch, tile->block_q,
+                                                     tile->work_group_size),
                      plan->attention_prefetch_items, plan->attention_pv_vec,
                      fcl_cl_attention_tile);
     }
-    for (int dt = 0; with_decode && dt < FCL_DTYPE_COUNT; dt++) {
+    for (int dt = 0; with_decode && dt < decode_types_of(v); dt++) {
         if (p->decode_types && !(p->decode_types >> dt & 1u))
             continue; /* a unit of other storage types */
         for (int g = 0; g < 2; g++)
@@ -113,13 +131,14 @@ static void add_tile_and_decode(fcl_text *t, const kernel_plan *plan, const part
     fcl_text_add(t, "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n");
 }
 
-static void add_rows(fcl_text *t, int b)
+static void add_rows(fcl_text *t, int b, int v)
 {
     size_t dim = fcl_attention_bucket_dim(b);
-    fcl_text_add(t, "#define FA_NAME d%zu_all\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+    fcl_text_add(t, "#define FA_NAME d%zu%s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
                     "#line 1 \"attention_rows.cl\"\n%s\n"
                     "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-                 dim, dim, FA_FEATURES_ALL, fcl_cl_attention_rows);
+                 dim, fcl_attention_variant_suffix(v), dim, fcl_attention_variant_features(v),
+                 fcl_cl_attention_rows);
 }
 
 /* The source of a program of the given parts. Only softmax's programs define the prelude's
@@ -127,18 +146,19 @@ static void add_rows(fcl_text *t, int b)
 static char *program_source(const kernel_plan *plan, const parts *p)
 {
     fcl_text t = {0};
-    int attention = p->merge || p->rows;
+    int attention = p->merge;
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++)
-        attention |= p->tile[b] || p->decode[b];
+        attention |= p->tile[b] || p->decode[b] || p->rows[b];
     if (p->softmax)
         fcl_text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_LWS %zu\n"
                          "#define FCL_VEC %zu\n#define FCL_BLOCK_ITEMS %zu\n#define FCL_FORCE_INLINE %d\n",
                      plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
     else
         fcl_text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_VEC %zu\n"
-                         "#define FCL_FORCE_INLINE %d\n",
-                     plan->vector_width, plan->force_inline);
-    fcl_text_add(&t, "#line 1 \"common.cl\"\n%s\n", fcl_cl_common);
+                         "#define FCL_FORCE_INLINE %d\n#define FCL_KV_CALLS %d\n",
+                     plan->vector_width, plan->force_inline, plan->kv_decode_calls);
+    fcl_text_add(&t, "#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n", fcl_cl_kv_formats,
+                 fcl_cl_common);
     if (p->softmax) {
         fcl_text_add(&t, "#line 1 \"softmax_args.h\"\n%s\n#line 1 \"softmax_common.cl\"\n%s\n",
                      fcl_cl_softmax_args, fcl_cl_softmax_common);
@@ -150,12 +170,14 @@ static char *program_source(const kernel_plan *plan, const parts *p)
         fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
                      fcl_cl_attention_args, fcl_cl_attention_common);
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
-        if ((p->rows >> b) & 1)
-            add_rows(&t, b);
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            if ((p->rows[b] >> v) & 1)
+                add_rows(&t, b, v);
         /* ALL first: the order of the single program this replaced */
         add_tile_and_decode(&t, plan, p, b, FCL_ATTENTION_ALL);
-        for (int v = 0; v < FCL_ATTENTION_ALL; v++)
-            add_tile_and_decode(&t, plan, p, b, v);
+        for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+            if (v != FCL_ATTENTION_ALL)
+                add_tile_and_decode(&t, plan, p, b, v);
     }
     if (p->merge)
         fcl_text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
@@ -174,11 +196,12 @@ static parts all_parts(const kernel_plan *plan)
     parts p = {.softmax = 1, .merge = 1};
     for (int b = 0; b < FCL_ATTENTION_BUCKETS; b++) {
         if (!plan->tile[b].block_q) {
-            p.rows |= 1u << b;
+            for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
+                p.rows[b] |= (unsigned)rows_built_for(v) << v;
             continue;
         }
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
-            p.tile[b] |= 1u << v;
+            p.tile[b] |= (unsigned)fcl_plan_tile_built(b, v) << v;
             if (fcl_decode_built_for(v))
                 p.decode[b] |= 1u << v;
         }
@@ -471,6 +494,55 @@ fcl_status fcl_build_merge(fcl_context *ctx)
     return s;
 }
 
+/* ---- fcl_kv_write's kernel ---- */
+
+/* Whether the device rounds float32 division correctly when asked
+ * (-cl-fp32-correctly-rounded-divide-sqrt; Mesa's llvmpipe does not offer it). */
+static int correct_division(cl_device_id device)
+{
+    cl_device_fp_config fp = 0;
+    return clGetDeviceInfo(device, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL) == CL_SUCCESS &&
+           (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT);
+}
+
+/* The kv_write kernel (cl/kv_write.cl), built on first use, with its work-group size: its
+ * divisions correctly rounded where the device offers it (kw_div corrects them where it does
+ * not). */
+fcl_status fcl_build_kv_write(fcl_context *ctx, cl_kernel *kernel)
+{
+    fcl_unit *u = &ctx->kv_write_unit;
+    fcl_status s = FCL_SUCCESS;
+    if (!u->state) {
+        fcl_text t = {0};
+        fcl_text_add(&t, "/* flashcl prelude */\n#define FCL_VEC %zu\n#define FCL_FORCE_INLINE %d\n"
+                         "#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n"
+                         "#line 1 \"kv_write_args.h\"\n%s\n#line 1 \"kv_write.cl\"\n%s\n",
+                     ctx->build.plan.vector_width, ctx->build.plan.force_inline, fcl_cl_kv_formats,
+                     fcl_cl_common, fcl_cl_kv_write_args, fcl_cl_kv_write);
+        static const char flag[] = " -cl-fp32-correctly-rounded-divide-sqrt";
+        fcl_build_setup setup = ctx->build;
+        const size_t len = strlen(setup.options);
+        if (correct_division(ctx->device) && len + sizeof flag <= sizeof setup.options)
+            memcpy(setup.options + len, flag, sizeof flag);
+        int from_cache = 0;
+        s = load_or_build(ctx, t.failed ? (free(t.s), NULL) : t.s, &setup, &u->program, &from_cache);
+        size_t wg = 0;
+        cl_ulong local;
+        if (s == FCL_SUCCESS)
+            s = create_kernel(ctx, u->program, "kv_write", &ctx->kv_write, &wg, &local);
+        ctx->kv_write_group = wg < 64 ? (wg ? wg : 1) : 64; /* it runs with any */
+        if (s != FCL_SUCCESS) {
+            fcl_release_kernel(&ctx->kv_write);
+            fcl_release_unit(u);
+            return s;
+        }
+        note_built(ctx, from_cache);
+        u->state = 1;
+    }
+    *kernel = ctx->kv_write;
+    return s;
+}
+
 /* ---- the portable attention kernels ---- */
 
 /* Whether any of bucket b's tile kernels has been built: its tile is final from then on
@@ -567,28 +639,30 @@ static fcl_status build_decode(fcl_context *ctx, int b, int v, fcl_dtype dt)
     return s;
 }
 
-static fcl_status build_rows(fcl_context *ctx, int b)
+static fcl_status build_rows(fcl_context *ctx, int b, int v)
 {
-    fcl_unit *u = &ctx->rows_unit[b];
-    cl_kernel *k = &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
+    fcl_unit *u = &ctx->rows_unit[b][v];
+    cl_kernel *k = &ctx->attention[b][FCL_ATTENTION_PATH_ROWS][v];
     parts p = {0};
-    p.rows = 1u << b;
+    p.rows[b] = 1u << v;
     char name[40];
     size_t wg;
     cl_ulong local;
-    snprintf(name, sizeof name, "attention_rows_d%zu_all", fcl_attention_bucket_dim(b));
+    const size_t dim = fcl_attention_bucket_dim(b);
+    const char *suffix = fcl_attention_variant_suffix(v);
+    snprintf(name, sizeof name, "attention_rows_d%zu%s", dim, suffix);
     fcl_status s = fcl_build_unit(ctx, u, program_source(&ctx->build.plan, &p));
     if (s == FCL_SUCCESS)
         s = create_kernel(ctx, u->program, name, k, &wg, &local);
-    snprintf(name, sizeof name, "attention_rows_one_d%zu_all", fcl_attention_bucket_dim(b));
+    snprintf(name, sizeof name, "attention_rows_one_d%zu%s", dim, suffix);
     if (s == FCL_SUCCESS)
-        s = create_kernel(ctx, u->program, name, &ctx->attention_rows_one[b], &wg, &local);
+        s = create_kernel(ctx, u->program, name, &ctx->attention_rows_one[b][v], &wg, &local);
     if (s == FCL_SUCCESS) {
         u->state = 1;
         return s;
     }
     fcl_release_kernel(k);
-    fcl_release_kernel(&ctx->attention_rows_one[b]);
+    fcl_release_kernel(&ctx->attention_rows_one[b][v]);
     fcl_release_unit(u);
     return s;
 }
@@ -605,6 +679,8 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
     *kernel = NULL;
     switch (l->path) {
     case FCL_ATTENTION_PATH_TILE:
+        if (!fcl_plan_tile_built(b, v))
+            break;
         if (!ctx->tile_unit[b][v].state)
             s = build_tile(ctx, b, v);
         if (ctx->tile_unit[b][v].state == 1)
@@ -619,13 +695,13 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
             *kernel = ctx->attention_decode[b][v][l->dtype_kv][l->heads_step > 1];
         break;
     case FCL_ATTENTION_PATH_ROWS:
-        if (v != FCL_ATTENTION_ALL)
+        if (!rows_built_for(v))
             break;
-        if (!ctx->rows_unit[b].state)
-            s = build_rows(ctx, b);
-        if (ctx->rows_unit[b].state == 1)
-            *kernel = l->one_query ? ctx->attention_rows_one[b]
-                                   : ctx->attention[b][FCL_ATTENTION_PATH_ROWS][FCL_ATTENTION_ALL];
+        if (!ctx->rows_unit[b][v].state)
+            s = build_rows(ctx, b, v);
+        if (ctx->rows_unit[b][v].state == 1)
+            *kernel = l->one_query ? ctx->attention_rows_one[b][v]
+                                   : ctx->attention[b][FCL_ATTENTION_PATH_ROWS][v];
         break;
     case FCL_ATTENTION_PATH_MMA:
     case FCL_ATTENTION_PATH_DECODE_NV:
@@ -638,9 +714,9 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
 fcl_status fcl_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l,
                                 cl_uint flags, cl_kernel *kernel)
 {
-    /* the fewest features that cover flags first (ALL covers every call) */
+    /* the fewest features that cover flags first (KV covers every call) */
     static const int order[FCL_ATTENTION_VARIANTS] = {FCL_ATTENTION_PLAIN, FCL_ATTENTION_SCORES,
-                                                      FCL_ATTENTION_ALL};
+                                                      FCL_ATTENTION_ALL, FCL_ATTENTION_KV};
     fcl_status s = FCL_SUCCESS;
     *kernel = NULL;
     for (int i = 0; i < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && !*kernel; i++)
@@ -655,6 +731,8 @@ void fcl_release_kernels(fcl_context *ctx)
 {
     release_softmax(ctx);
     fcl_nvidia_path.release(ctx);
+    fcl_release_kernel(&ctx->kv_write);
+    fcl_release_unit(&ctx->kv_write_unit);
     fcl_release_kernel(&ctx->attention_merge_splits);
     fcl_release_kernel(&ctx->attention_merge_parts);
     fcl_release_unit(&ctx->merge_unit);
@@ -668,9 +746,9 @@ void fcl_release_kernels(fcl_context *ctx)
                 fcl_release_unit(&ctx->decode_unit[b][v][dt]);
             }
             fcl_release_unit(&ctx->tile_unit[b][v]);
+            fcl_release_kernel(&ctx->attention_rows_one[b][v]);
+            fcl_release_unit(&ctx->rows_unit[b][v]);
         }
-        fcl_release_kernel(&ctx->attention_rows_one[b]);
-        fcl_release_unit(&ctx->rows_unit[b]);
     }
 }
 
@@ -683,6 +761,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.block_items = tuning->softmax_block_items;
     plan.attention_accumulators = tuning->attention_accumulators;
     plan.force_inline = tuning->force_inline;
+    plan.kv_decode_calls = tuning->kv_decode_calls;
     plan.attention_pv_vec = tuning->attention_pv_vec;
     plan.attention_prefetch = tuning->attention_prefetch;
     plan.attention_prefetch_items = tuning->attention_prefetch_items;
@@ -706,7 +785,7 @@ char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int progr
         p = (parts){0};
         p.tile[program] = all.tile[program];
         p.decode[program] = all.decode[program];
-        p.rows = all.rows & (1u << program);
+        p.rows[program] = all.rows[program];
     } else if (program != FCL_SOURCE_ALL) {
         return NULL;
     }

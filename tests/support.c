@@ -356,9 +356,13 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
         chk_store(out, d.dtype_o, e, ATTENTION_SENTINEL);
     for (size_t e = 0; e < r->lse_n; e++)
         lse[e] = ATTENTION_SENTINEL;
-    const size_t sq = chk_dtype_size(d.dtype_q), skv = chk_dtype_size(d.dtype_kv);
-    void *q0 = copy_of(r->io.q, r->q_n * sq), *k0 = copy_of(r->io.k, r->k_n * skv);
-    void *v0 = copy_of(r->io.v, r->v_n * skv);
+    const size_t sq = chk_dtype_size(d.dtype_q);
+    const size_t sk = chk_kv_unit_bytes(chk_kv_format(d.format_k, d.dtype_kv));
+    const size_t sv = chk_kv_unit_bytes(chk_kv_format(d.format_v, d.dtype_kv));
+    void *q0 = copy_of(r->io.q, r->q_n * sq), *k0 = copy_of(r->io.k, r->k_n * sk);
+    void *v0 = copy_of(r->io.v, r->v_n * sv);
+    void *ks0 = copy_of(r->io.k_scales, r->ks_n * sizeof(float));
+    void *vs0 = copy_of(r->io.v_scales, r->vs_n * sizeof(float));
     void *m0 = copy_of(r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
 
     fcl_attention_host_io io = r->io;
@@ -400,11 +404,13 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
     chk_report rep;
     if (!chk_compare_values(got, want, rows * d.head_dim_v, chk_attention_tolerance(&d), &rep))
         fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
-                 "(%zu, %zu) page %zu types %d%d%d splits %zu: %zu of %zu off, first %zu (row %zu) "
+                 "(%zu, %zu) page %zu types %d%d%d formats %d/%d scales %d/%d splits %zu: %zu of "
+                 "%zu off, first %zu (row %zu) "
                  "got %.7g want %.7g, max|err| %.3g NMSE %.3g",
                  d.batch, d.heads_q, d.heads_kv, d.len_q, d.len_kv, d.head_dim, d.head_dim_v,
                  d.causal, d.mask_type, (double)d.softcap, d.window, d.window_left, d.window_right,
-                 d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.kv_splits, rep.bad, rep.checked,
+                 d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.format_k, d.format_v,
+                 d.scale_mode_k, d.scale_mode_v, d.kv_splits, rep.bad, rep.checked,
                  rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
                  rep.nmse);
     if (!chk_compare_values(got_lse, want_lse, rows, chk_attention_lse_tolerance(&d), &rep))
@@ -417,11 +423,15 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
         if (!lse_written[e] && lse[e] != ATTENTION_SENTINEL)
             fail_msg("lse[%zu], no row's, was written (%g)", e, (double)lse[e]);
     assert_memory_equal(q0, r->io.q, r->q_n * sq);
-    assert_memory_equal(k0, r->io.k, r->k_n * skv);
-    assert_memory_equal(v0, r->io.v, r->v_n * skv);
+    assert_memory_equal(k0, r->io.k, r->k_n * sk);
+    assert_memory_equal(v0, r->io.v, r->v_n * sv);
     if (m0)
         assert_memory_equal(m0, r->io.mask, r->mask_n * mask_bytes_per(d.mask_type));
-    free(q0), free(k0), free(v0), free(m0), free(out), free(lse), free(written);
+    if (ks0)
+        assert_memory_equal(ks0, r->io.k_scales, r->ks_n * sizeof(float));
+    if (vs0)
+        assert_memory_equal(vs0, r->io.v_scales, r->vs_n * sizeof(float));
+    free(q0), free(k0), free(v0), free(m0), free(ks0), free(vs0), free(out), free(lse), free(written);
     free(lse_written), free(got), free(want), free(got_lse), free(want_lse);
 }
 

@@ -79,6 +79,8 @@ typedef struct attention_run {
     fcl_attention_desc d;
     fcl_attention_host_io io;
     size_t q_n, k_n, v_n, mask_n, out_n, lse_n;
+    size_t ks_n, vs_n; /* v0.3: floats of k_scales and v_scales (k_n, v_n: units of K's and
+                          V's formats, bytes for the coded ones) */
 } attention_run;
 
 /* Runs r through fcl_attention_run_host and checks every row of every sequence against the

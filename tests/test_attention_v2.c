@@ -379,8 +379,10 @@ static void test_merge(void **state)
             if (r % 3 == (size_t)p || r % 7 == 0)
                 lses[p][r] = -INFINITY;
     }
+    /* in_place: 0 new out and lse; 1 out is the last part's, no lse; 2 out is part 0's, lse
+     * new; 3 out is part 0's and lse the last part's; 4 out new, lse the last part's */
     for (size_t n_parts = 1; n_parts <= 3; n_parts++)
-        for (int in_place = 0; in_place < 2; in_place++) {
+        for (int in_place = 0; in_place < 5; in_place++) {
             cl_int err = CL_SUCCESS;
             for (size_t p = 0; p < n_parts; p++) {
                 out_bufs[p] = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
@@ -388,9 +390,13 @@ static void test_merge(void **state)
                 lse_bufs[p] = clCreateBuffer(c, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR,
                                              rows * sizeof(float), lses[p], &err);
             }
-            cl_mem out = in_place ? out_bufs[n_parts - 1]
-                                  : clCreateBuffer(c, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err);
-            cl_mem lse = in_place ? NULL : clCreateBuffer(c, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err);
+            const int new_out = in_place == 0 || in_place == 4, new_lse = in_place == 0 || in_place == 2;
+            cl_mem out = new_out         ? clCreateBuffer(c, CL_MEM_READ_WRITE, n * sizeof(float), NULL, &err)
+                         : in_place == 1 ? out_bufs[n_parts - 1]
+                                         : out_bufs[0];
+            cl_mem lse = new_lse         ? clCreateBuffer(c, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err)
+                         : in_place == 1 ? NULL
+                                         : lse_bufs[n_parts - 1];
             assert_int_equal(err, CL_SUCCESS);
             cl_event done;
             fcl_status s = fcl_attention_merge(support_ctx, n_parts, rows, dim, out_bufs, lse_bufs,
@@ -424,8 +430,10 @@ static void test_merge(void **state)
             }
             for (size_t p = 0; p < n_parts; p++)
                 clReleaseMemObject(out_bufs[p]), clReleaseMemObject(lse_bufs[p]);
-            if (!in_place)
-                clReleaseMemObject(out), clReleaseMemObject(lse);
+            if (new_out)
+                clReleaseMemObject(out);
+            if (new_lse)
+                clReleaseMemObject(lse);
         }
     for (int p = 0; p < 3; p++)
         free(outs[p]), free(lses[p]);

@@ -232,12 +232,88 @@ size_t chk_attention_q_at(const fcl_attention_desc *d, const fcl_attention_host_
     return v->offset + b * st[0] + h * st[1] + (chk_attention_locate(d, io, b).q_start + i) * st[2];
 }
 
-/* Element of row j of K (is_v 0) or V (1) for kv head hk of sequence b. */
+/* ---- K and V formats (v0.3), decoded in float64 as the contract defines them ---- */
+
+#define CHK_FORMAT_ENTRY(NAME, lower, value, type, n, size, role)                              \
+    [value] = {.name = #lower, .elems = (n), .bytes = (size), .dtype = (type), .roles = (role)},
+const chk_format chk_formats[FCL_KV_FORMAT_MAX + 1] = {FCL_KV_FORMATS(CHK_FORMAT_ENTRY)};
+#undef CHK_FORMAT_ENTRY
+
+unsigned chk_kv_format(fcl_kv_format f, fcl_dtype dtype_kv)
+{
+    return f ? (unsigned)f : (unsigned)dtype_kv + 1;
+}
+
+size_t chk_kv_row_units(unsigned format, size_t dim)
+{
+    const chk_format *f = &chk_formats[format];
+    return (f->roles & FCL_ROLE_FLOAT) ? dim : dim / f->elems * f->bytes;
+}
+
+static double fp8_value(unsigned x, int exp_bits, int man_bits, int e4m3)
+{
+    const int bias = (1 << (exp_bits - 1)) - 1, e = (int)(x >> man_bits) & ((1 << exp_bits) - 1);
+    const int m = (int)x & ((1 << man_bits) - 1);
+    double v;
+    if (e4m3 && e == 15 && m == 7)
+        v = NAN;
+    else if (!e4m3 && e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, 1 - bias - man_bits);
+    else
+        v = ldexp((double)(m + (1 << man_bits)), e - bias - man_bits);
+    return x & 0x80 ? -v : v;
+}
+
+size_t chk_kv_unit_bytes(unsigned format)
+{
+    const chk_format *f = &chk_formats[format];
+    return (f->roles & FCL_ROLE_FLOAT) ? f->bytes : 1;
+}
+
+double chk_kv_decode(const void *buf, unsigned format, size_t row, size_t i)
+{
+    static const int iq4_nl[16] = FCL_IQ4_NL_VALUES;
+    const unsigned char *bytes = buf;
+    const chk_format *f = &chk_formats[format];
+    if (f->roles & FCL_ROLE_FLOAT)
+        return chk_load(buf, (fcl_dtype)f->dtype, row + i);
+    if (format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2)
+        return fp8_value(bytes[row + i], format == FCL_KV_FP8_E4M3 ? 4 : 5,
+                         format == FCL_KV_FP8_E4M3 ? 3 : 2, format == FCL_KV_FP8_E4M3);
+    if (format == FCL_KV_INT8)
+        return (double)(signed char)bytes[row + i];
+    const unsigned char *blk = bytes + row + i / 32 * f->bytes;
+    const size_t j = i % 32;
+    const double dd = chk_half_to_float((uint16_t)(blk[0] | blk[1] << 8));
+    const double mm = chk_half_to_float((uint16_t)(blk[2] | blk[3] << 8));
+    const int with_min = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1;
+    const int five = format == FCL_KV_Q5_0 || format == FCL_KV_Q5_1;
+    if (format == FCL_KV_Q8_0)
+        return dd * (signed char)blk[2 + j];
+    const unsigned char *qh = blk + (with_min ? 4 : 2), *qs = qh + (five ? 4 : 0);
+    int n = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
+    if (five) {
+        const uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 |
+                           (uint32_t)qh[3] << 24;
+        n |= (int)((h >> j) & 1) << 4;
+    }
+    if (format == FCL_KV_IQ4_NL)
+        return dd * iq4_nl[n];
+    if (with_min)
+        return dd * n + mm;
+    return dd * (n - (five ? 16 : 8));
+}
+
+/* The unit where row j of K (is_v 0) or V (1) for kv head hk of sequence b starts (elements,
+ * or bytes of a coded format). */
 static size_t kv_at(const fcl_attention_desc *d, const fcl_attention_host_io *io, int is_v,
                     size_t b, size_t hk, size_t j)
 {
     const fcl_tensor_view *v = is_v ? &d->v_view : &d->k_view;
-    size_t st[3], dim = is_v ? d->head_dim_v : d->head_dim;
+    const unsigned format = chk_kv_format(is_v ? d->format_v : d->format_k, d->dtype_kv);
+    size_t st[3], dim = chk_kv_row_units(format, is_v ? d->head_dim_v : d->head_dim);
     if (d->page_size && io->block_table) {
         view_strides(v, d->layout, 0, d->heads_kv, d->page_size, dim, st);
         size_t page = (size_t)io->block_table[b * d->block_table_stride + j / d->page_size];
@@ -245,6 +321,44 @@ static size_t kv_at(const fcl_attention_desc *d, const fcl_attention_host_io *io
     }
     view_strides(v, d->layout, io->cu_seqlens_kv != NULL, d->heads_kv, d->len_kv, dim, st);
     return v->offset + b * st[0] + hk * st[1] + (chk_attention_locate(d, io, b).kv_start + j) * st[2];
+}
+
+/* The factor of row j of K (is_v 0) or V (1) for kv head hk of sequence b. */
+static double kv_scale(const fcl_attention_desc *d, const fcl_attention_host_io *io, int is_v,
+                       size_t b, size_t hk, size_t j)
+{
+    const fcl_kv_scale mode = is_v ? d->scale_mode_v : d->scale_mode_k;
+    const float *scales = is_v ? io->v_scales : io->k_scales;
+    const float tensor = is_v ? d->v_scale : d->k_scale;
+    if (mode == FCL_KV_SCALE_TENSOR)
+        return tensor != 0.0f ? tensor : 1.0;
+    if (!scales)
+        return mode == FCL_KV_SCALE_NONE ? 1.0 : NAN; /* a scaled mode without its buffer */
+    if (mode == FCL_KV_SCALE_HEAD)
+        return scales[b * (is_v ? d->v_scales_batch_stride : d->k_scales_batch_stride) + hk];
+    if (mode != FCL_KV_SCALE_TOKEN)
+        return 1.0;
+    const fcl_tensor_view *v = is_v ? &d->v_scales_view : &d->k_scales_view;
+    const int paged = d->page_size && io->block_table;
+    const size_t tokens = paged ? d->page_size : d->len_kv;
+    size_t st[3] = {v->batch_stride, v->head_stride, v->token_stride};
+    if (!st[0] && !st[1] && !st[2])
+        st[0] = d->heads_kv * tokens, st[1] = tokens, st[2] = 1;
+    if (paged) {
+        size_t page = (size_t)io->block_table[b * d->block_table_stride + j / d->page_size];
+        return scales[v->offset + page * st[0] + hk * st[1] + (j % d->page_size) * st[2]];
+    }
+    if (io->cu_seqlens_kv)
+        st[0] = 0;
+    return scales[v->offset + b * st[0] + hk * st[1] + (chk_attention_locate(d, io, b).kv_start + j) * st[2]];
+}
+
+double chk_kv_value(const fcl_attention_desc *d, const fcl_attention_host_io *io, int is_v,
+                    size_t b, size_t hk, size_t j, size_t e)
+{
+    const unsigned format = chk_kv_format(is_v ? d->format_v : d->format_k, d->dtype_kv);
+    return chk_kv_decode(is_v ? io->v : io->k, format, kv_at(d, io, is_v, b, hk, j), e) *
+           kv_scale(d, io, is_v, b, hk, j);
 }
 
 static double mask_value(const fcl_attention_desc *d, const void *mask, size_t at)
@@ -267,10 +381,9 @@ static double score_of(const fcl_attention_desc *d, const fcl_attention_host_io 
                       (d->window_right != FCL_WINDOW_UNBOUNDED && jd > pos + (double)d->window_right)))
         return -INFINITY;
     const size_t hk = h / (d->heads_q / d->heads_kv), qo = chk_attention_q_at(d, io, 0, b, h, i);
-    const size_t ko = kv_at(d, io, 0, b, hk, j);
     double dot = 0.0;
     for (size_t e = 0; e < d->head_dim; e++)
-        dot += (double)chk_load(io->q, d->dtype_q, qo + e) * chk_load(io->k, d->dtype_kv, ko + e);
+        dot += (double)chk_load(io->q, d->dtype_q, qo + e) * chk_kv_value(d, io, 0, b, hk, j, e);
     double s = (double)d->scale * dot;
     if (d->softcap > 0.0f)
         s = d->softcap * tanh(s / d->softcap);
@@ -306,10 +419,9 @@ void chk_attention_row_io(const fcl_attention_desc *d, const fcl_attention_host_
         out_row[e] = 0.0;
     for (size_t j = 0; j < w.len_kv && any; j++) {
         double p = exp(score[j] - m);
-        size_t vo = kv_at(d, io, 1, b, hk, j);
         sum += p;
         for (size_t e = 0; e < d->head_dim_v && p > 0; e++)
-            out_row[e] += p * chk_load(io->v, d->dtype_kv, vo + e);
+            out_row[e] += p * chk_kv_value(d, io, 1, b, hk, j, e);
     }
     for (size_t e = 0; e < d->head_dim_v; e++)
         out_row[e] = undefined ? NAN : !any ? 0.0 : out_row[e] / sum;
@@ -325,6 +437,14 @@ void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k
     chk_attention_row_io(d, &io, b, h, i, out_row, lse);
 }
 
+/* Whether d's K or V are coded (a format beyond dtype_kv's, or scales). */
+static int kv_coded(const fcl_attention_desc *d)
+{
+    const unsigned fk = chk_kv_format(d->format_k, d->dtype_kv);
+    return fk != chk_kv_format(d->format_v, d->dtype_kv) || fk > FCL_KV_BF16 ||
+           d->scale_mode_k || d->scale_mode_v;
+}
+
 chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)
 {
     /* f32: NMSE 1e-8 and 5e-5 absolute per element. Half storage: NMSE 1e-5, and per
@@ -334,6 +454,12 @@ chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)
      * 0.0041 off at 1.38 on the H100). */
     if (d->dtype_o == FCL_DTYPE_BF16)
         return (chk_tolerance){2e-2, 0.0, 1e-5};
+    /* K and V in a coded format (v0.3: the portable kernels decode them to float32): the
+     * contract's float32 rule for float32 q and out, 1e-5 with a half q or out. */
+    if (kv_coded(d))
+        return d->dtype_q == FCL_DTYPE_F32 && d->dtype_o == FCL_DTYPE_F32
+                   ? (chk_tolerance){5e-5, 0.0, 1e-8}
+                   : (chk_tolerance){4e-3, 0.0, 1e-5};
     if (d->dtype_q == FCL_DTYPE_BF16 || d->dtype_kv == FCL_DTYPE_BF16)
         return (chk_tolerance){4e-3, 4e-3, 1e-5};
     if (d->dtype_o == FCL_DTYPE_F16 || d->dtype_q != FCL_DTYPE_F32 || d->dtype_kv != FCL_DTYPE_F32)

@@ -4,6 +4,7 @@
 #define FLASHCL_CHECK_H
 
 #include "flashcl.h"
+#include "kv_formats.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +19,26 @@ const char *chk_dtype_name(fcl_dtype t);
 float chk_load(const void *buf, fcl_dtype t, size_t i);
 /* Stores v rounded to the storage type. */
 void chk_store(void *buf, fcl_dtype t, size_t i, float v);
+
+/* ---- K and V formats (v0.3; the table of cl/kv_formats.h) ---- */
+typedef struct chk_format {
+    const char *name;
+    size_t elems, bytes;
+    int dtype;
+    unsigned roles;
+} chk_format;
+extern const chk_format chk_formats[]; /* by fcl_kv_format value, 1 to FCL_KV_FORMAT_MAX */
+/* The format K or V has (f, or dtype_kv's where f is 0). */
+unsigned chk_kv_format(fcl_kv_format f, fcl_dtype dtype_kv);
+/* Bytes of a view's unit (an element of a float format, else a byte). */
+size_t chk_kv_unit_bytes(unsigned format);
+/* Units (elements, or bytes of a coded format) a row of dim values spans. */
+size_t chk_kv_row_units(unsigned format, size_t dim);
+/* Value i of the row starting at unit `row` of buf, in float64, as the contract decodes it. */
+double chk_kv_decode(const void *buf, unsigned format, size_t row, size_t i);
+/* Value e of row j of K (is_v 0) or V (1) of kv head hk of sequence b, with its scale. */
+double chk_kv_value(const fcl_attention_desc *d, const fcl_attention_host_io *io, int is_v,
+                    size_t b, size_t hk, size_t j, size_t e);
 
 /* Monotonic wall-clock seconds. */
 double chk_seconds(void);

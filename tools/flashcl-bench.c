@@ -29,6 +29,7 @@ static const char usage[] =
     "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l]]\n"
+    "                     [--kv FORMAT[,FORMAT_V]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
@@ -36,6 +37,8 @@ static const char usage[] =
     "  sN = N key splits (kv_splits) instead of the planner's, l = [batch][len][heads][dim]\n"
     "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim];\n"
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
+    "  --kv: every attention case's K (and V) in that format (f32, f16, bf16, q8_0, q4_0,\n"
+    "  q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, int8); GB/s count the bytes read.\n"
     "  Inputs rotate over buffer sets that exceed the device's cache twice over; --hot\n"
     "  runs every call on one set, as a peer that times the same tensors again does.\n";
 
@@ -58,6 +61,7 @@ typedef struct bench_case {
     int mods;    /* MOD_*; softmax: MOD_ALIBI | MOD_SINKS is ggml's soft_max_ext (below) */
     size_t kv_splits; /* 0: the planner's */
     int blhd; /* q, k, v and out [batch][len][heads][dim] (a paged cache's layout); else BHLD */
+    fcl_kv_format format_k, format_v; /* 0: the storage type's */
 } bench_case;
 
 typedef struct bench_result {
@@ -71,18 +75,21 @@ typedef struct bench_result {
 
 #define MAX_CASES 64
 #define S(r, c)                                                                                \
-    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0}
+    {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32,                    \
+     0, 0, 0, 0, 0, 0, 0, 0, 0}
 #define A(b, h, lq, lk, d, c)                                                                  \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32, 0, 0, 0, 0, 0, 0, 0}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32,                \
+     0, 0, 0, 0, 0, 0, 0, 0, 0}
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
-    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods, 0, 0}
+    {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods,  \
+     0, 0, 0, 0}
 
 /* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
  * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
 #define SX(r, c, h)                                                                            \
     {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32,                   \
-     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0, 0}
+     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0, 0, 0, 0}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -338,16 +345,17 @@ static fcl_attention_desc attention_desc(const bench_case *c)
                             .causal = c->causal ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
                             .dtype_q = c->dtype, .dtype_kv = c->dtype, .dtype_o = c->dtype,
                             .precision = c->precision, .kv_splits = c->kv_splits,
-                            .layout = c->blhd ? FCL_LAYOUT_BLHD : FCL_LAYOUT_BHLD};
+                            .layout = c->blhd ? FCL_LAYOUT_BLHD : FCL_LAYOUT_BHLD,
+                            .format_k = c->format_k, .format_v = c->format_v};
     if (c->page_size) {
         d.page_size = c->page_size;
         d.block_table_stride = (c->len_kv + c->page_size - 1) / c->page_size;
         d.num_pages = c->batch * d.block_table_stride;
         d.layout = FCL_LAYOUT_BLHD; /* vLLM's [pages][page_size][heads][dim] */
     }
-    if (is_mla(c)) /* K's contiguous [batch][heads_kv][len_kv][head_dim] strides */
-        d.v_view = (fcl_tensor_view){0, c->heads_kv * c->len_kv * c->head_dim,
-                                     c->len_kv * c->head_dim, c->head_dim};
+    const size_t k_row = chk_kv_row_units(chk_kv_format(c->format_k, c->dtype), c->head_dim);
+    if (is_mla(c)) /* K's contiguous [batch][heads_kv][len_kv][row] strides */
+        d.v_view = (fcl_tensor_view){0, c->heads_kv * c->len_kv * k_row, c->len_kv * k_row, k_row};
     d.softcap = c->mods & MOD_SOFTCAP ? 50.0f : 0.0f;
     if (c->mods & MOD_WINDOW)
         d.window = 1, d.window_left = BENCH_WINDOW - 1, d.window_right = FCL_WINDOW_UNBOUNDED;
@@ -534,15 +542,18 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         /* Every sequence's tokens (len on average with varlen), the cache's pages. */
         size_t hkv = c->heads_kv ? c->heads_kv : c->heads, dv = c->head_dim_v ? c->head_dim_v : c->head_dim;
         size_t kv_tokens = c->batch * (c->page_size ? d.block_table_stride * c->page_size : c->len_kv);
+        /* a K and a V row's bytes in their formats */
+        const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
+        const size_t k_row = chk_kv_row_units(fk, c->head_dim) * chk_kv_unit_bytes(fk);
+        const size_t v_row = chk_kv_row_units(fv, dv) * chk_kv_unit_bytes(fv);
         bytes[0] = c->batch * c->len_q * c->heads * c->head_dim * esz;
         bytes[3] = c->batch * c->len_q * c->heads * dv * esz;
-        bytes[1] = kv_tokens * hkv * c->head_dim * esz;
-        bytes[2] = kv_tokens * hkv * dv * esz;
+        bytes[1] = kv_tokens * hkv * k_row;
+        bytes[2] = kv_tokens * hkv * v_row;
         n_bufs = 4;
-        useful = (double)(bytes[0] + bytes[3]) +
-                 (double)(c->batch * c->len_kv * hkv * (c->head_dim + dv) * esz);
+        useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * c->len_kv * hkv * (k_row + v_row));
         if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
-            useful -= (double)(c->batch * c->len_kv * hkv * dv * esz);
+            useful -= (double)(c->batch * c->len_kv * hkv * v_row);
             bytes[2] = 16;
         }
         fn = enqueue_attention;
@@ -603,6 +614,20 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
                  c->mods & MOD_SINKS ? " sinks" : "");
+    if (c->kind == KIND_ATTENTION && (c->format_k || c->format_v)) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, " kv %s/%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
+                 chk_formats[chk_kv_format(c->format_v, c->dtype)].name);
+    }
+}
+
+/* A K/V format by name (kv_formats.h's), 0 where none is. */
+static fcl_kv_format parse_format(const char *s, size_t len)
+{
+    for (unsigned f = 1; f <= FCL_KV_FORMAT_MAX; f++)
+        if (strlen(chk_formats[f].name) == len && strncmp(s, chk_formats[f].name, len) == 0)
+            return (fcl_kv_format)f;
+    return FCL_KV_FORMAT_DTYPE;
 }
 
 static fcl_dtype parse_dtype(const char *s)
@@ -663,6 +688,7 @@ int main(int argc, char **argv)
     fcl_context_options opts = {0};
     fcl_dtype dtype = FCL_DTYPE_F32;
     int dtype_given = 0, tf32 = 0;
+    fcl_kv_format kv_k = FCL_KV_FORMAT_DTYPE, kv_v = FCL_KV_FORMAT_DTYPE;
     for (int a = 1; a < argc; a++) {
         const char *next = a + 1 < argc ? argv[a + 1] : NULL;
         size_t x[6] = {0};
@@ -688,6 +714,15 @@ int main(int argc, char **argv)
         else if (next && strcmp(argv[a], "--attention") == 0 && n < MAX_CASES &&
                  parse_attention(argv[++a], &cases[n]))
             n++;
+        else if (next && strcmp(argv[a], "--kv") == 0) {
+            const char *arg = argv[++a], *comma = strchr(arg, ',');
+            kv_k = parse_format(arg, comma ? (size_t)(comma - arg) : strlen(arg));
+            kv_v = comma ? parse_format(comma + 1, strlen(comma + 1)) : kv_k;
+            if (!kv_k || !kv_v) {
+                fprintf(stderr, "flashcl-bench: --kv %s: not a format (or two, comma-separated)\n", arg);
+                return 2;
+            }
+        }
         else {
             int help = strcmp(argv[a], "--help") == 0;
             fputs(usage, help ? stdout : stderr);
@@ -716,6 +751,9 @@ int main(int argc, char **argv)
         memcpy(cases, p, count * sizeof *p);
         n = count;
     }
+    for (size_t i = 0; i < n; i++)
+        if (cases[i].kind == KIND_ATTENTION)
+            cases[i].format_k = kv_k, cases[i].format_v = kv_v;
     for (size_t i = 0; dtype_given && i < n; i++) {
         cases[i].dtype = dtype;
         cases[i].precision = tf32 ? FCL_PRECISION_TF32 : FCL_PRECISION_F32;
