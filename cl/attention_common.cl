@@ -123,8 +123,8 @@ float fcl_kv_decode_int8(__global const uchar *src, ulong row, uint d)
     return (float)((__global const char *)src)[row + d];
 }
 
-/* The prelude's FCL_KV_CALLS: 1 where the decoders below are calls (CPUs, where only tests
- * run the kernels that use them: a smaller compile), 0 where they are inlined. */
+/* The prelude's FCL_KV_CALLS (the device table's): 1 where the decoders below are calls
+ * (CPUs: a smaller compile; AMD: no spills), 0 where they are inlined. */
 #ifndef FCL_KV_CALLS
 #define FCL_KV_CALLS 0
 #endif

@@ -313,15 +313,11 @@ fcl_status fcl_attention_run(fcl_context *ctx, const fcl_attention_desc *d,
     fcl_attention_problem pr, run;
     fcl_attention_launch l;
     fcl_attention_buffers b;
-    if (!ctx)
-        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    if (!io)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
-    if (n_wait && !wait)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
-                        (unsigned)n_wait);
+    fcl_status s = fcl_check_call(ctx, io, n_wait, wait);
+    if (s != FCL_SUCCESS)
+        return s;
     const fcl_attention_given g = FCL_GIVEN_BY(io);
-    fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
+    s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
         s = check_device_io(ctx, &pr, io, &b);
     if (s == FCL_SUCCESS)

@@ -218,8 +218,9 @@ static fcl_status check_kv_side(fcl_context *ctx, const fcl_attention_desc *d, k
     return FCL_SUCCESS;
 }
 
-fcl_status fcl_check_kv_alignment(fcl_context *ctx, const char *x, unsigned format,
-                                  const fcl_tensor_view *v)
+/* A ggml format's blocks are 2-byte aligned: the view's offset and strides (bytes) even. */
+static fcl_status check_kv_alignment(fcl_context *ctx, const char *x, unsigned format,
+                                     const fcl_tensor_view *v)
 {
     const fcl_format_traits *f = fcl_format(format);
     if (!(f->roles & FCL_ROLE_GGML))
@@ -234,7 +235,9 @@ fcl_status fcl_check_kv_alignment(fcl_context *ctx, const char *x, unsigned form
     return FCL_SUCCESS;
 }
 
-fcl_tensor_view fcl_scales_view_resolve(fcl_tensor_view v, int packed, size_t heads, size_t tokens)
+/* A TOKEN scales view: zero strides are [page or batch][heads][tokens]. */
+static fcl_tensor_view resolve_scales_view(fcl_tensor_view v, int packed, size_t heads,
+                                           size_t tokens)
 {
     if (!v.batch_stride && !v.head_stride && !v.token_stride) {
         v.batch_stride = heads * tokens;
@@ -261,6 +264,16 @@ fcl_tensor_view fcl_view_resolve(fcl_tensor_view v, fcl_layout layout, int packe
     if (packed)
         v.batch_stride = 0;
     return v;
+}
+
+fcl_status fcl_kv_views_resolve(fcl_context *ctx, const char *x, unsigned format, fcl_kv_scale mode,
+                                size_t dim, fcl_layout layout, int packed, size_t heads,
+                                size_t tokens, fcl_tensor_view *view, fcl_tensor_view *scales_view)
+{
+    *view = fcl_view_resolve(*view, layout, packed, heads, tokens, fcl_format_row_units(format, dim));
+    if (mode == FCL_KV_SCALE_TOKEN)
+        *scales_view = resolve_scales_view(*scales_view, packed, heads, tokens);
+    return check_kv_alignment(ctx, x, format, view);
 }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
@@ -295,19 +308,13 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
     const size_t kv_tokens = paged ? d.page_size : d.len_kv;
     d.q_view = fcl_view_resolve(d.q_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim);
     d.o_view = fcl_view_resolve(d.o_view, d.layout, given->cu_seqlens_q, d.heads_q, d.len_q, d.head_dim_v);
-    d.k_view = fcl_view_resolve(d.k_view, d.layout, packed_kv, d.heads_kv, kv_tokens,
-                            fcl_format_row_units(d.format_k, d.head_dim));
-    d.v_view = fcl_view_resolve(d.v_view, d.layout, packed_kv, d.heads_kv, kv_tokens,
-                            fcl_format_row_units(d.format_v, d.head_dim_v));
-    s = fcl_check_kv_alignment(ctx, "k", d.format_k, &d.k_view);
+    s = fcl_kv_views_resolve(ctx, "k", d.format_k, d.scale_mode_k, d.head_dim, d.layout, packed_kv,
+                             d.heads_kv, kv_tokens, &d.k_view, &d.k_scales_view);
     if (s == FCL_SUCCESS)
-        s = fcl_check_kv_alignment(ctx, "v", d.format_v, &d.v_view);
+        s = fcl_kv_views_resolve(ctx, "v", d.format_v, d.scale_mode_v, d.head_dim_v, d.layout,
+                                 packed_kv, d.heads_kv, kv_tokens, &d.v_view, &d.v_scales_view);
     if (s != FCL_SUCCESS)
         return s;
-    if (d.scale_mode_k == FCL_KV_SCALE_TOKEN)
-        d.k_scales_view = fcl_scales_view_resolve(d.k_scales_view, packed_kv, d.heads_kv, kv_tokens);
-    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN)
-        d.v_scales_view = fcl_scales_view_resolve(d.v_scales_view, packed_kv, d.heads_kv, kv_tokens);
     pr->d = d;
 
     fcl_attention_params *p = &pr->params;

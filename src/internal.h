@@ -166,6 +166,9 @@ const char *fcl_cl_error_name(cl_int err);
 void fcl_append_error(fcl_context *ctx, const char *text);
 /* Forgets ctx's last error (after a failure flashcl recovered from on its own). */
 void fcl_clear_error(fcl_context *ctx);
+/* A device call's common arguments: ctx, its io and its wait list (FCL_ERROR_INVALID_ARGUMENT
+ * naming the one at fault). */
+fcl_status fcl_check_call(fcl_context *ctx, const void *io, cl_uint n_wait, const cl_event *wait);
 
 /* ---- formats.c: the storage formats of cl/kv_formats.h on the host ---- */
 typedef struct fcl_format_traits {
@@ -558,17 +561,18 @@ typedef struct fcl_attention_given {
  * packed view's batch stride is ignored: 0). */
 fcl_tensor_view fcl_view_resolve(fcl_tensor_view v, fcl_layout layout, int packed, size_t heads,
                                  size_t tokens, size_t dim);
-/* A TOKEN scales view: zero strides are [page or batch][heads][tokens]. */
-fcl_tensor_view fcl_scales_view_resolve(fcl_tensor_view v, int packed, size_t heads, size_t tokens);
 /* Units from the buffer start to one past the last unit of a view with `outer` batch entries
  * (or pages), `heads` heads and `tokens` tokens of rows of dim units; 0 when it has no row,
  * SIZE_MAX when that overflows. */
 size_t fcl_view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, size_t tokens,
                        size_t dim);
-/* A ggml format's blocks are 2-byte aligned: view x's offset and strides (bytes) must be even
- * (FCL_ERROR_INVALID_ARGUMENT naming the field otherwise). */
-fcl_status fcl_check_kv_alignment(fcl_context *ctx, const char *x, unsigned format,
-                                  const fcl_tensor_view *v);
+/* K's or V's cache view x ("k" or "v") of a format: zero strides from the layout (rows of the
+ * format's units), and with TOKEN scales their view (zero strides: [page or batch][heads]
+ * [tokens]); FCL_ERROR_INVALID_ARGUMENT, naming the field, where a ggml format's view is not
+ * 2-byte aligned. */
+fcl_status fcl_kv_views_resolve(fcl_context *ctx, const char *x, unsigned format, fcl_kv_scale mode,
+                                size_t dim, fcl_layout layout, int packed, size_t heads,
+                                size_t tokens, fcl_tensor_view *view, fcl_tensor_view *scales_view);
 /* Whether d's K and V take the coded kernels (FA_FLAG_KV): a format other than f32, f16 or
  * bf16, K and V in different formats, or scales. d resolved or not (format 0: dtype_kv). */
 int fcl_attention_kv_coded(const fcl_attention_desc *d);

@@ -114,17 +114,13 @@ static fcl_status resolve(fcl_context *ctx, const fcl_kv_write_desc *desc, kw_pr
     /* the new rows: [tokens][heads_kv][dim] by default (a packed view) */
     d.k_in_view = fcl_view_resolve(d.k_in_view, d.layout, 1, d.heads_kv, d.tokens, d.head_dim);
     d.v_in_view = fcl_view_resolve(d.v_in_view, d.layout, 1, d.heads_kv, d.tokens, d.head_dim_v);
-    d.k_view = fcl_view_resolve(d.k_view, d.layout, 0, d.heads_kv, d.page_size, k_row);
-    d.v_view = fcl_view_resolve(d.v_view, d.layout, 0, d.heads_kv, d.page_size, v_row);
-    s = fcl_check_kv_alignment(ctx, "k", d.format_k, &d.k_view);
+    s = fcl_kv_views_resolve(ctx, "k", d.format_k, d.scale_mode_k, d.head_dim, d.layout, 0,
+                             d.heads_kv, d.page_size, &d.k_view, &d.k_scales_view);
     if (s == FCL_SUCCESS)
-        s = fcl_check_kv_alignment(ctx, "v", d.format_v, &d.v_view);
+        s = fcl_kv_views_resolve(ctx, "v", d.format_v, d.scale_mode_v, d.head_dim_v, d.layout, 0,
+                                 d.heads_kv, d.page_size, &d.v_view, &d.v_scales_view);
     if (s != FCL_SUCCESS)
         return s;
-    if (d.scale_mode_k == FCL_KV_SCALE_TOKEN)
-        d.k_scales_view = fcl_scales_view_resolve(d.k_scales_view, 0, d.heads_kv, d.page_size);
-    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN)
-        d.v_scales_view = fcl_scales_view_resolve(d.v_scales_view, 0, d.heads_kv, d.page_size);
 
     pr->d = d;
     pr->k_in = fcl_view_extent(&d.k_in_view, 1, d.heads_kv, d.tokens, d.head_dim);
@@ -194,14 +190,9 @@ fcl_status fcl_kv_write(fcl_context *ctx, const fcl_kv_write_desc *desc, const f
                         cl_uint n_wait, const cl_event *wait, cl_event *done)
 {
     kw_problem pr;
-    if (!ctx)
-        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    if (!io)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
-    if (n_wait && !wait)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
-                        (unsigned)n_wait);
-    fcl_status s = resolve(ctx, desc, &pr);
+    fcl_status s = fcl_check_call(ctx, io, n_wait, wait);
+    if (s == FCL_SUCCESS)
+        s = resolve(ctx, desc, &pr);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_kv_write_desc *d = &pr.d;
@@ -279,11 +270,9 @@ fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *desc,
                              const fcl_kv_write_host_io *io)
 {
     kw_problem pr;
-    if (!ctx)
-        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
-    if (!io)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
-    fcl_status s = resolve(ctx, desc, &pr);
+    fcl_status s = fcl_check_call(ctx, io, 0, NULL);
+    if (s == FCL_SUCCESS)
+        s = resolve(ctx, desc, &pr);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_kv_write_desc *d = &pr.d;
@@ -348,10 +337,12 @@ fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *desc,
     err = clEnqueueReadBuffer(ctx->queue, b.k, CL_TRUE, 0, kv_bytes, io->k, 1, &done, NULL);
     if (err == CL_SUCCESS && b.v != b.k)
         err = clEnqueueReadBuffer(ctx->queue, b.v, CL_TRUE, 0, v_bytes, io->v, 1, &done, NULL);
-    if (err == CL_SUCCESS && d->scale_mode_k == FCL_KV_SCALE_TOKEN)
+    const int k_token = d->scale_mode_k == FCL_KV_SCALE_TOKEN;
+    const int v_token = d->scale_mode_v == FCL_KV_SCALE_TOKEN, shared = b.v_scales == b.k_scales;
+    if (err == CL_SUCCESS && b.k_scales && (k_token || (v_token && shared)))
         err = clEnqueueReadBuffer(ctx->queue, b.k_scales, CL_TRUE, 0, scale_bytes, io->k_scales, 1,
                                   &done, NULL);
-    if (err == CL_SUCCESS && d->scale_mode_v == FCL_KV_SCALE_TOKEN && b.v_scales != b.k_scales)
+    if (err == CL_SUCCESS && v_token && !shared)
         err = clEnqueueReadBuffer(ctx->queue, b.v_scales, CL_TRUE, 0, vs_bytes, io->v_scales, 1,
                                   &done, NULL);
     if (err != CL_SUCCESS)

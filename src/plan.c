@@ -51,8 +51,9 @@ static const struct device_entry {
      * V tiles (FA_PREFETCH, where a work-item owns enough query rows), and how many elements
      * of each a work-item holds in registers at most (FA_PF_MAX). */
     size_t attention_accumulators;
-    int attention_pv_vec, attention_prefetch;
-    size_t attention_prefetch_items;
+    int attention_pv_vec, attention_prefetch, attention_prefetch_items;
+    /* K/V formats decoded by calls rather than inlined at every load (FCL_KV_CALLS). */
+    int kv_decode_calls;
 } device_table[] = {
     /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
      * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, 8 or more
@@ -65,7 +66,7 @@ static const struct device_entry {
      * head dims 64 and 128). 48 of a 32 x 32 tile's 64 elements a work-item prefetched at
      * head dim 128: 11% faster than 32 in float32 and f16 storage (6% causal); 52 to 64
      * 6-9%, 40 and 44 within 4% (H200, same calls). */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96, 1, 1, 48},
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96, 1, 1, 48, 0},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
      * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: on wave32
      * RDNA2 (gfx1030, .ci/amd-offline-check.sh) the 32 x 32 tile at head_dim 128 (80)
@@ -73,9 +74,12 @@ static const struct device_entry {
      * where nothing prefetches) 1 in the all-feature build, so that bucket takes 16 x 32. p
      * read 4 keys at a time spills 27-88 VGPRs on gfx1030 at every head dim (the compiler
      * loads the 4 keys' V rows at once), and so does prefetching at head dims 64 and 128
-     * (27-71: the fetched tile stays live through the scores); gfx90a has room for both. */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76, 0, 0, 32},
-    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80, 0, 1, 32},
+     * (27-71: the fetched tile stays live through the scores); gfx90a has room for both.
+     * The decode kernel's build for K/V formats spilled 48-188 bytes on gfx1030 with its
+     * decoders inlined at every load, none as calls. */
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76, 0, 0, 32, 1},
+    /* Decoders inlined: on the H200 7-9% faster than as calls. */
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80, 0, 1, 32, 0},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
@@ -83,8 +87,10 @@ static const struct device_entry {
      * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels.
      * Prefetched K and V tiles would be values saved across barriers per work-item; on
      * Mesa's llvmpipe its tiles (16 x 16, where one buffer leaves room for 16 x 32) ran up
-     * to 20% slower. */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 0, 32},
+     * to 20% slower. Here the rows kernel runs the calls and the tile and decode kernels only
+     * tests: their K/V decoders as calls cut POCL's compile of those builds by a third (72 to
+     * 49 s at head dim 64). */
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 0, 32, 1},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
@@ -214,7 +220,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
     t->attention_accumulators = e->attention_accumulators;
     t->attention_pv_vec = e->attention_pv_vec;
     t->attention_prefetch = e->attention_prefetch;
-    t->attention_prefetch_items = e->attention_prefetch_items;
+    t->attention_prefetch_items = (size_t)e->attention_prefetch_items;
     t->attention_tile = -1;
     t->attention_group = 0;
     t->softmax_rows = info->local_mem_is_global;
@@ -225,10 +231,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
      * llvm.experimental.noalias.scope.decl that forced inlining of struct-returning helpers
      * leaves; it needs no speed. */
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
-    /* Where local memory is ordinary memory (CPUs) the rows kernel runs the calls and the tile
-     * and decode kernels only tests: their decoding of K/V formats as calls, not inlined at
-     * every load, cuts POCL's compile of those builds by a third (72 to 49 s at head dim 64). */
-    t->kv_decode_calls = info->local_mem_is_global;
+    t->kv_decode_calls = e->kv_decode_calls;
     t->attention_mma = 1;
     t->softmax_nv = 1;
     snprintf(t->source, sizeof t->source, "%s defaults", e->name);

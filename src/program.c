@@ -155,8 +155,10 @@ static char *program_source(const kernel_plan *plan, const parts *p)
                      plan->work_group_size, plan->vector_width, plan->block_items, plan->force_inline);
     else
         fcl_text_add(&t, "/* flashcl prelude: planned for this device */\n#define FCL_VEC %zu\n"
-                         "#define FCL_FORCE_INLINE %d\n#define FCL_KV_CALLS %d\n",
-                     plan->vector_width, plan->force_inline, plan->kv_decode_calls);
+                         "#define FCL_FORCE_INLINE %d\n",
+                     plan->vector_width, plan->force_inline);
+    if (attention)
+        fcl_text_add(&t, "#define FCL_KV_CALLS %d\n", plan->kv_decode_calls);
     fcl_text_add(&t, "#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n", fcl_cl_kv_formats,
                  fcl_cl_common);
     if (p->softmax) {

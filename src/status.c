@@ -133,3 +133,15 @@ fcl_status fcl_status_of_cl(cl_int err)
         return FCL_ERROR_BUILD_FAILED;
     return FCL_ERROR_OPENCL;
 }
+
+fcl_status fcl_check_call(fcl_context *ctx, const void *io, cl_uint n_wait, const cl_event *wait)
+{
+    if (!ctx)
+        return fcl_fail(NULL, FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (!io)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "io is NULL");
+    if (n_wait && !wait)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "n_wait is %u but wait is NULL",
+                        (unsigned)n_wait);
+    return FCL_SUCCESS;
+}

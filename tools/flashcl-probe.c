@@ -47,12 +47,13 @@ static fcl_softmax_algo example_plan(fcl_context *ctx, size_t e)
 }
 
 /* Attention examples: prefill and decode, at head_dim 64 and 128. */
-static const size_t attention_examples[][6] = {
-    /* batch x heads, len_q, len_kv, head_dim, head_dim_v (0: head_dim), heads per kv head:
-     * prefill, decode (GQA 32/8 over a 16-token paged cache: the engine preset of
-     * flashcl-bench), MLA decode; all in f16, as inference engines store them */
-    {64, 4096, 4096, 64, 0, 1}, {64, 4096, 4096, 128, 0, 1}, {256, 1, 32768, 128, 0, 4},
-    {128, 1, 8192, 576, 512, 16}};
+static const size_t attention_examples[][7] = {
+    /* batch x heads, len_q, len_kv, head_dim, head_dim_v (0: head_dim), heads per kv head,
+     * K/V format (0: f16): prefill, decode (GQA 32/8 over a 16-token paged cache: the engine
+     * preset of flashcl-bench), the same over a q8_0 cache, MLA decode; f16, as inference
+     * engines store them */
+    {64, 4096, 4096, 64, 0, 1, 0}, {64, 4096, 4096, 128, 0, 1, 0}, {256, 1, 32768, 128, 0, 4, 0},
+    {256, 1, 32768, 128, 0, 4, FCL_KV_Q8_0}, {128, 1, 8192, 576, 512, 16, 0}};
 #define N_ATTENTION_EXAMPLES (sizeof attention_examples / sizeof attention_examples[0])
 
 /* The plan for example e; on failure (a call flashcl would refuse here) the status. */
@@ -61,7 +62,8 @@ static fcl_status attention_example_plan(fcl_context *ctx, size_t e, fcl_attenti
     const size_t *x = attention_examples[e];
     fcl_attention_desc d = {.batch = 1, .heads_q = x[0], .heads_kv = x[0] / x[5], .len_q = x[1],
                             .len_kv = x[2], .head_dim = x[3], .head_dim_v = x[4],
-                            .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16};
+                            .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16,
+                            .format_k = (fcl_kv_format)x[6], .format_v = (fcl_kv_format)x[6]};
     memset(p, 0, sizeof *p);
     return fcl_attention_plan(ctx, &d, p);
 }
@@ -141,8 +143,8 @@ static void print_human(const char *spec, const fcl_device_info *i, fcl_context 
     for (size_t e = 0; e < N_ATTENTION_EXAMPLES; e++) {
         fcl_attention_plan_info p;
         const size_t *x = attention_examples[e];
-        printf("    f16, heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> ", x[0], x[0] / x[5],
-               x[1], x[2], x[3], x[4] ? x[4] : x[3]);
+        printf("    %s, heads %zu/%zu, len_q %zu, len_kv %zu, head dims %zu/%zu -> ",
+               x[6] ? "q8_0 K/V" : "f16", x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3]);
         if (attention_example_plan(ctx, e, &p) != FCL_SUCCESS)
             printf("refused: %s\n", fcl_context_last_error(ctx));
         else
@@ -211,9 +213,10 @@ static void print_json(const char *spec, const fcl_device_info *i, fcl_context *
         const size_t *x = attention_examples[e];
         const int refused = attention_example_plan(ctx, e, &p) != FCL_SUCCESS;
         printf("%s{\"heads\": %zu, \"heads_kv\": %zu, \"len_q\": %zu, \"len_kv\": %zu, "
-               "\"head_dim\": %zu, \"head_dim_v\": %zu, \"path\": \"%s\", \"block_q\": %zu, "
-               "\"block_kv\": %zu, \"kv_splits\": %zu}",
+               "\"head_dim\": %zu, \"head_dim_v\": %zu, \"kv\": \"%s\", \"path\": \"%s\", "
+               "\"block_q\": %zu, \"block_kv\": %zu, \"kv_splits\": %zu}",
                e ? ", " : "", x[0], x[0] / x[5], x[1], x[2], x[3], x[4] ? x[4] : x[3],
+               x[6] ? "q8_0" : "f16",
                refused ? "refused" : fcl_attention_path_name(p.path), p.block_q, p.block_kv,
                p.kv_splits);
     }
