@@ -139,8 +139,8 @@ fcl_status fcl_attention_plan(fcl_context *ctx, const fcl_attention_desc *d,
     fcl_attention_given g = {.mask = d->mask_type != FCL_MASK_NONE,
                              .block_table = d->page_size > 0,
                              .alibi_slopes = d->alibi_from_mask != 0,
-                             .k_scales = d->scale_mode_k >= FCL_KV_SCALE_HEAD,
-                             .v_scales = d->scale_mode_v >= FCL_KV_SCALE_HEAD};
+                             .k_scales = fcl_kv_scale_has_buffer(d->scale_mode_k),
+                             .v_scales = fcl_kv_scale_has_buffer(d->scale_mode_v)};
     fcl_status s = fcl_attention_resolve(ctx, d, &g, &pr);
     if (s == FCL_SUCCESS)
         s = plan(ctx, &pr, &l, &run);

@@ -151,6 +151,42 @@ int fcl_attention_kv_coded(const fcl_attention_desc *d)
     return fk != fv || !t || !(t->roles & FCL_ROLE_FLOAT) || d->scale_mode_k || d->scale_mode_v;
 }
 
+int fcl_kv_scale_has_buffer(fcl_kv_scale mode)
+{
+    return mode == FCL_KV_SCALE_HEAD || mode == FCL_KV_SCALE_TOKEN;
+}
+
+fcl_status fcl_check_kv_coding(fcl_context *ctx, const char *x, fcl_kv_format *format,
+                               fcl_dtype dtype, const char *dim_name, size_t dim,
+                               fcl_kv_scale mode, float scale, int has_scales)
+{
+    if ((unsigned)*format > FCL_KV_FORMAT_MAX)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "format_%s (%u) is not an fcl_kv_format",
+                        x, (unsigned)*format);
+    if (*format == FCL_KV_FORMAT_DTYPE)
+        *format = (fcl_kv_format)fcl_format_of_dtype(dtype);
+    const fcl_format_traits *f = fcl_format(*format);
+    if (dim % f->elems)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "format_%s %s holds %zu values a block: %s (%zu) must be a multiple of %zu",
+                        x, f->name, f->elems, dim_name, dim, f->elems);
+    if ((unsigned)mode > FCL_KV_SCALE_TOKEN)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "scale_mode_%s (%u) is not an fcl_kv_scale",
+                        x, (unsigned)mode);
+    if (!isfinite(scale) || (scale != 0.0f && mode != FCL_KV_SCALE_TENSOR))
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "%s_scale (%g) must be finite, and 0 unless scale_mode_%s is "
+                        "FCL_KV_SCALE_TENSOR",
+                        x, (double)scale, x);
+    if (fcl_kv_scale_has_buffer(mode) != has_scales)
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        has_scales ? "%s_scales was given but scale_mode_%s is neither "
+                                     "FCL_KV_SCALE_HEAD nor FCL_KV_SCALE_TOKEN"
+                                   : "%s_scales is NULL but scale_mode_%s needs it",
+                        x, x);
+    return FCL_SUCCESS;
+}
+
 /* One of K's or V's coding: its format (0 becomes dtype_kv's) with the head dim it needs, and
  * its scale mode with what that mode needs and nothing it does not. */
 typedef struct kv_side {
@@ -171,32 +207,11 @@ static int view_is_zero(const fcl_tensor_view *v)
 static fcl_status check_kv_side(fcl_context *ctx, const fcl_attention_desc *d, kv_side x,
                                 int packed)
 {
-    if ((unsigned)*x.format > FCL_KV_FORMAT_MAX)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "format_%s (%u) is not an fcl_kv_format",
-                        x.x, (unsigned)*x.format);
-    if (*x.format == FCL_KV_FORMAT_DTYPE)
-        *x.format = (fcl_kv_format)fcl_format_of_dtype(d->dtype_kv);
-    const fcl_format_traits *f = fcl_format(*x.format);
-    if (x.dim % f->elems)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "format_%s %s holds %zu values a block: head_dim%s (%zu) must be a "
-                        "multiple of %zu",
-                        x.x, f->name, f->elems, *x.x == 'v' ? "_v" : "", x.dim, f->elems);
-    if ((unsigned)x.mode > FCL_KV_SCALE_TOKEN)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "scale_mode_%s (%u) is not an fcl_kv_scale",
-                        x.x, (unsigned)x.mode);
-    if (!isfinite(x.scale) || (x.scale != 0.0f && x.mode != FCL_KV_SCALE_TENSOR))
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s_scale (%g) must be finite, and 0 unless scale_mode_%s is "
-                        "FCL_KV_SCALE_TENSOR",
-                        x.x, (double)x.scale, x.x);
-    const int wants_buffer = x.mode == FCL_KV_SCALE_HEAD || x.mode == FCL_KV_SCALE_TOKEN;
-    if (wants_buffer != x.has_scales)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        x.has_scales ? "%s_scales was given but scale_mode_%s is neither "
-                                       "FCL_KV_SCALE_HEAD nor FCL_KV_SCALE_TOKEN"
-                                     : "%s_scales is NULL but scale_mode_%s needs it",
-                        x.x, x.x);
+    fcl_status s = fcl_check_kv_coding(ctx, x.x, x.format, d->dtype_kv,
+                                       *x.x == 'v' ? "head_dim_v" : "head_dim", x.dim, x.mode,
+                                       x.scale, x.has_scales);
+    if (s != FCL_SUCCESS)
+        return s;
     if (x.batch_stride && x.mode != FCL_KV_SCALE_HEAD)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "%s_scales_batch_stride (%zu) is set but scale_mode_%s is not "

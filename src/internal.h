@@ -573,6 +573,15 @@ size_t fcl_view_extent(const fcl_tensor_view *v, size_t outer, size_t heads, siz
 fcl_status fcl_kv_views_resolve(fcl_context *ctx, const char *x, unsigned format, fcl_kv_scale mode,
                                 size_t dim, fcl_layout layout, int packed, size_t heads,
                                 size_t tokens, fcl_tensor_view *view, fcl_tensor_view *scales_view);
+/* Whether a scale mode has a buffer of scales (HEAD, TOKEN). */
+int fcl_kv_scale_has_buffer(fcl_kv_scale mode);
+/* What attention and fcl_kv_write check alike of K's or V's coding (x "k" or "v"): its format
+ * (0 becomes dtype's), the head dim (named dim_name) it needs, its scale mode, its scale
+ * (finite; nonzero only for TENSOR), and a scales buffer given (has_scales) exactly where the
+ * mode has one. FCL_ERROR_INVALID_ARGUMENT with a sentence naming the field. */
+fcl_status fcl_check_kv_coding(fcl_context *ctx, const char *x, fcl_kv_format *format,
+                               fcl_dtype dtype, const char *dim_name, size_t dim,
+                               fcl_kv_scale mode, float scale, int has_scales);
 /* Whether d's K and V take the coded kernels (FA_FLAG_KV): a format other than f32, f16 or
  * bf16, K and V in different formats, or scales. d resolved or not (format 0: dtype_kv). */
 int fcl_attention_kv_coded(const fcl_attention_desc *d);

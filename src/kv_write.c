@@ -3,7 +3,6 @@
  * arguments (cl/kv_write_args.h, shared with cl/kv_write.cl) once; program.c builds it. */
 #include "internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,35 +29,24 @@ typedef struct kw_problem {
     size_t k_in, v_in, k, v, k_scales, v_scales;
 } kw_problem;
 
-/* One side (K or V) of the cache: its format (0: dtype_in's), scale mode and views. */
-static fcl_status check_side(fcl_context *ctx, const char *x, fcl_kv_write_desc *d,
-                             fcl_kv_format *format, fcl_kv_scale mode, float scale,
-                             size_t batch_stride, size_t dim)
+/* One side (K or V) of the cache: what attention checks of it (fcl_check_kv_coding; format 0
+ * is dtype_in's), then what the writer can encode. */
+static fcl_status check_side(fcl_context *ctx, const char *x, const fcl_kv_write_desc *d,
+                             fcl_kv_format *format, const char *dim_name, size_t dim,
+                             fcl_kv_scale mode, float scale, size_t batch_stride, int has_scales)
 {
-    if ((unsigned)*format > FCL_KV_FORMAT_MAX)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "format_%s (%u) is not an fcl_kv_format",
-                        x, (unsigned)*format);
-    if (*format == FCL_KV_FORMAT_DTYPE)
-        *format = (fcl_kv_format)fcl_format_of_dtype(d->dtype_in);
+    fcl_status s = fcl_check_kv_coding(ctx, x, format, d->dtype_in, dim_name, dim, mode, scale,
+                                       has_scales);
+    if (s != FCL_SUCCESS)
+        return s;
     const fcl_format_traits *f = fcl_format(*format);
     if (!(f->roles & FCL_ROLE_WRITE))
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED, "format_%s %s is read-only: fcl_kv_write "
                         "does not encode it", x, f->name);
-    if (dim % f->elems)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "format_%s %s holds %zu values a block: its head dim (%zu) must be a "
-                        "multiple of %zu", x, f->name, f->elems, dim, f->elems);
-    if ((unsigned)mode > FCL_KV_SCALE_TOKEN)
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "scale_mode_%s (%u) is not an fcl_kv_scale",
-                        x, (unsigned)mode);
     if (mode == FCL_KV_SCALE_TOKEN && !(f->roles & FCL_ROLE_TOKEN_WRITE))
         return fcl_fail(ctx, FCL_ERROR_UNSUPPORTED,
                         "format_%s %s with FCL_KV_SCALE_TOKEN: fcl_kv_write derives a row's scale "
                         "for fp8 and int8 only", x, f->name);
-    if (!isfinite(scale) || (scale != 0.0f && mode != FCL_KV_SCALE_TENSOR))
-        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                        "%s_scale (%g) must be finite, and 0 unless scale_mode_%s is "
-                        "FCL_KV_SCALE_TENSOR", x, (double)scale, x);
     if (batch_stride)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "%s_scales_batch_stride (%zu) must be 0: the writer has no sequence index, "
@@ -75,7 +63,9 @@ static size_t scales_extent(const fcl_kv_write_desc *d, fcl_kv_scale mode, const
                                       : 0;
 }
 
-static fcl_status resolve(fcl_context *ctx, const fcl_kv_write_desc *desc, kw_problem *pr)
+/* desc validated and resolved; k_scales and v_scales given or not (the io's). */
+static fcl_status resolve(fcl_context *ctx, const fcl_kv_write_desc *desc, int k_scales,
+                          int v_scales, kw_problem *pr)
 {
     if (!desc)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "the kv_write descriptor is NULL");
@@ -102,11 +92,11 @@ static fcl_status resolve(fcl_context *ctx, const fcl_kv_write_desc *desc, kw_pr
     if ((unsigned)d.layout > FCL_LAYOUT_BLHD)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "layout (%u) is not an fcl_layout",
                         (unsigned)d.layout);
-    fcl_status s = check_side(ctx, "k", &d, &d.format_k, d.scale_mode_k, d.k_scale,
-                              d.k_scales_batch_stride, d.head_dim);
+    fcl_status s = check_side(ctx, "k", &d, &d.format_k, "head_dim", d.head_dim, d.scale_mode_k,
+                              d.k_scale, d.k_scales_batch_stride, k_scales);
     if (s == FCL_SUCCESS)
-        s = check_side(ctx, "v", &d, &d.format_v, d.scale_mode_v, d.v_scale,
-                       d.v_scales_batch_stride, d.head_dim_v);
+        s = check_side(ctx, "v", &d, &d.format_v, "head_dim_v", d.head_dim_v, d.scale_mode_v,
+                       d.v_scale, d.v_scales_batch_stride, v_scales);
     if (s != FCL_SUCCESS)
         return s;
     const size_t k_row = fcl_format_row_units(d.format_k, d.head_dim);
@@ -136,12 +126,6 @@ static fcl_status resolve(fcl_context *ctx, const fcl_kv_write_desc *desc, kw_pr
                             "the views of the new rows, the cache or its scales overflow the "
                             "address space");
     return FCL_SUCCESS;
-}
-
-/* Whether a scale mode reads or writes a scales buffer. */
-static int has_scales(fcl_kv_scale mode)
-{
-    return mode == FCL_KV_SCALE_HEAD || mode == FCL_KV_SCALE_TOKEN;
 }
 
 /* The kernel's arguments for a resolved write and its buffers. */
@@ -192,7 +176,7 @@ fcl_status fcl_kv_write(fcl_context *ctx, const fcl_kv_write_desc *desc, const f
     kw_problem pr;
     fcl_status s = fcl_check_call(ctx, io, n_wait, wait);
     if (s == FCL_SUCCESS)
-        s = resolve(ctx, desc, &pr);
+        s = resolve(ctx, desc, io->k_scales != NULL, io->v_scales != NULL, &pr);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_kv_write_desc *d = &pr.d;
@@ -201,25 +185,19 @@ fcl_status fcl_kv_write(fcl_context *ctx, const fcl_kv_write_desc *desc, const f
         const char *name;
         cl_mem buf;
         size_t bytes;
-        int wanted;
+        int required; /* the scales: where given (resolve checked that their modes have them) */
     } need[] = {
         {"k_in", io->k_in, pr.k_in * in_bytes, 1},
         {"v_in", io->v_in, pr.v_in * in_bytes, 1},
         {"slots", io->slots, d->tokens * sizeof(cl_int), 1},
         {"k", io->k, pr.k * fcl_format_unit_bytes(d->format_k), 1},
         {"v", io->v, pr.v * fcl_format_unit_bytes(d->format_v), 1},
-        {"k_scales", io->k_scales, pr.k_scales * sizeof(float), has_scales(d->scale_mode_k)},
-        {"v_scales", io->v_scales, pr.v_scales * sizeof(float), has_scales(d->scale_mode_v)},
+        {"k_scales", io->k_scales, pr.k_scales * sizeof(float), 0},
+        {"v_scales", io->v_scales, pr.v_scales * sizeof(float), 0},
     };
-    for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++) {
-        if (!need[i].wanted && need[i].buf)
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                            "%s was given but its scale mode has no scales buffer", need[i].name);
-        if (need[i].wanted && !need[i].buf)
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", need[i].name);
-        if (need[i].wanted)
+    for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++)
+        if (need[i].required || need[i].buf)
             s = fcl_check_buffer(ctx, need[i].name, need[i].buf, need[i].bytes);
-    }
     if (s != FCL_SUCCESS)
         return s;
     if (d->tokens == 0) { /* nothing to write: done when what it waits for is */
@@ -272,7 +250,7 @@ fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *desc,
     kw_problem pr;
     fcl_status s = fcl_check_call(ctx, io, 0, NULL);
     if (s == FCL_SUCCESS)
-        s = resolve(ctx, desc, &pr);
+        s = resolve(ctx, desc, io->k_scales != NULL, io->v_scales != NULL, &pr);
     if (s != FCL_SUCCESS)
         return s;
     const fcl_kv_write_desc *d = &pr.d;
@@ -281,14 +259,6 @@ fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *desc,
     for (int i = 0; i < 5; i++)
         if (!required[i] && d->tokens)
             return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT, "%s is NULL", names[i]);
-    const float *scales[2] = {io->k_scales, io->v_scales};
-    const fcl_kv_scale modes[2] = {d->scale_mode_k, d->scale_mode_v};
-    for (int i = 0; i < 2; i++)
-        if ((scales[i] != NULL) != has_scales(modes[i]))
-            return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
-                            scales[i] ? "%s_scales was given but scale_mode_%s has no scales buffer"
-                                      : "%s_scales is NULL but scale_mode_%s needs it",
-                            i ? "v" : "k", i ? "v" : "k");
     const size_t capacity = d->page_size * d->num_pages;
     for (size_t t = 0; t < d->tokens; t++)
         if (io->slots[t] >= 0 && (size_t)io->slots[t] >= capacity)
@@ -321,11 +291,10 @@ fcl_status fcl_kv_write_host(fcl_context *ctx, const fcl_kv_write_desc *desc,
                             NULL, &err);
     b.k = copy_or_share(ctx, CL_MEM_READ_WRITE, io->k, kv_bytes, NULL, NULL, &err);
     b.v = copy_or_share(ctx, CL_MEM_READ_WRITE, io->v, v_bytes, io->k, b.k, &err);
-    if (has_scales(d->scale_mode_k))
-        b.k_scales = copy_or_share(ctx, CL_MEM_READ_WRITE, io->k_scales, scale_bytes, NULL, NULL, &err);
-    if (has_scales(d->scale_mode_v))
-        b.v_scales = copy_or_share(ctx, CL_MEM_READ_WRITE, io->v_scales, vs_bytes, io->k_scales,
-                                   b.k_scales, &err);
+    /* the scales where given (resolve checked: where their modes have them) */
+    b.k_scales = copy_or_share(ctx, CL_MEM_READ_WRITE, io->k_scales, scale_bytes, NULL, NULL, &err);
+    b.v_scales = copy_or_share(ctx, CL_MEM_READ_WRITE, io->v_scales, vs_bytes, io->k_scales,
+                               b.k_scales, &err);
     if (err != CL_SUCCESS) {
         s = fcl_fail_cl(ctx, err, "allocating device buffers for fcl_kv_write_host");
         goto release;

@@ -607,7 +607,7 @@ static void test_write_bad_input(void **state)
         {FCL_ERROR_UNSUPPORTED, "iq4_nl is read-only"},
         {FCL_ERROR_UNSUPPORTED, "q8_0 with FCL_KV_SCALE_TOKEN"},
         {FCL_ERROR_INVALID_ARGUMENT, "k_scales_batch_stride (4) must be 0"},
-        {FCL_ERROR_INVALID_ARGUMENT, "head dim (48) must be a multiple of 32"},
+        {FCL_ERROR_INVALID_ARGUMENT, "head_dim (48) must be a multiple of 32"},
         {FCL_ERROR_INVALID_ARGUMENT, "k_view.offset (3 bytes) is odd"},
         {FCL_ERROR_INVALID_ARGUMENT, "v_scales is NULL"},
         {FCL_ERROR_INVALID_ARGUMENT, "format_k (13)"},
