@@ -35,6 +35,7 @@ for d in 64 128 256; do
   [ "$d" = 256 ] || kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32"
   for t in f16 bf16; do
     kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
+    kernels="$kernels attention_mma_d${d}_${t}_kv attention_mma_rows_d${d}_${t}_kv"
   done
 done
 for k in $kernels; do
@@ -46,10 +47,13 @@ if grep -q "__local_depot" "$tmp/mma.ptx"; then
 fi
 # S = q K^T and O += P V of one tile, fully unrolled: (keys/8) x (D/16) + (keys/16) x (D/8)
 # mma.sync per kernel, 64 at D = 64 and 128 at D = 128 and 256 (32-key tiles), for f16 and
-# bf16 in the prefill and the one-warp builds; and 2 in the self-check (a loop the compiler
-# did not unroll would leave fewer).
+# bf16 in the prefill and the one-warp builds, of v0.2's features and of K/V formats; and 2
+# in the self-check (a loop the compiler did not unroll would leave fewer).
 mmas=$(grep -c "mma.sync.aligned.m16n8k16" "$tmp/mma.ptx")
-[ "$mmas" -ge $((4 * (64 + 128 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 1282 or more" >&2; status=1; }
+[ "$mmas" -ge $((8 * (64 + 128 + 128) + 2)) ] || { echo "nvptx-offline-check: $mmas mma.sync, want 2562 or more" >&2; status=1; }
+# The _kv builds copy coded rows 8 and 4 bytes at a time (cp.async.ca): compiled in.
+grep -q "cp.async.ca.shared.global.*, 4," "$tmp/mma.ptx" ||
+  { echo "nvptx-offline-check: no 4-byte cp.async: the _kv builds lack their coded rows" >&2; status=1; }
 # Float32 storage, 8 columns a product: (keys/8) x (D/8) x 2 products a tile, 128 at both
 # head dims (64 keys at 64, 32 at 128), times 3 for 3xTF32 and 1 for TF32, in the prefill
 # builds of both buckets; and 1 in the self-check.

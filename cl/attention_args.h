@@ -50,7 +50,10 @@
     X(U64, ks_offset) X(U64, ks_batch) X(U64, ks_head) X(U64, ks_token) X(U64, ks_limit)     \
     X(U64, vs_offset) X(U64, vs_batch) X(U64, vs_head) X(U64, vs_token) LAST(U64, vs_limit)
 
-/* FA_FLAGS(X): X(name, bit) for the bits of `flags`. */
+/* FA_FLAGS(X): X(name, bit) for the bits of `flags`. The flags are enum constants, which
+ * #if cannot see: a kernel that compiles code in or out by FA_FLAG_KV tests this bit of
+ * FA_FEATURES. */
+#define FA_FLAG_KV_BIT 16
 #define FA_FLAGS(X)                                                                            \
     X(FA_FLAG_MASK_ADD, 0)      /* additive float32 mask */                                 \
     X(FA_FLAG_MASK_ADD_F16, 1)  /* additive float16 mask */                                 \
@@ -68,7 +71,7 @@
     X(FA_FLAG_PAGED, 13)        /* K and V paged through block_table */                     \
     X(FA_FLAG_LSE, 14)          /* write lse */                                             \
     X(FA_FLAG_PARTIAL, 15)      /* write (m, l, o) per key split for the merge kernel */ \
-    X(FA_FLAG_KV, 16)           /* K/V in formats_k/v, scaled (else dtype_kv, unscaled) */ \
+    X(FA_FLAG_KV, FA_FLAG_KV_BIT) /* K/V in formats_k/v, scaled (else dtype_kv, unscaled) */ \
     X(FA_FLAG_K_HEAD_SCALES, 17) /* K's factor times k_scales[b * ks_batch + h] */          \
     X(FA_FLAG_V_HEAD_SCALES, 18) /* ... V's, v_scales[b * vs_batch + h] */                  \
     X(FA_FLAG_K_TOKEN_SCALES, 19) /* each K row's times its own, at the ks_* view */       \

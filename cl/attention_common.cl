@@ -101,22 +101,30 @@ float fcl_kv_decode_iq4_nl(__global const uchar *src, ulong row, uint d)
     __global const uchar *b = src + row + d / 32 * 18;
     return fcl_block_half(b, 0) * fcl_iq4_nl_values[fcl_block_nibble(b + 2, d % 32)];
 }
-/* fp8: exponent and mantissa moved into a float32's (normal values), or the subnormal's
- * mantissa times its power of two; E4M3 has no infinities and one NaN code a sign. */
-float fcl_kv_decode_fp8_e4m3(__global const uchar *src, ulong row, uint d)
+/* fp8 code x's value: exponent and mantissa moved into a float32's (normal values), or the
+ * subnormal's mantissa times its power of two; E4M3 has no infinities and one NaN code a sign. */
+float fcl_fp8_e4m3_value(uint x)
 {
-    const uint x = src[row + d], e = (x >> 3) & 15u, m = x & 7u;
+    const uint e = (x >> 3) & 15u, m = x & 7u;
     float v = e ? as_float((e + 120u) << 23 | m << 20) : (float)m * 0x1p-9f;
     v = e == 15u && m == 7u ? NAN : v;
     return x & 0x80u ? -v : v;
 }
-float fcl_kv_decode_fp8_e5m2(__global const uchar *src, ulong row, uint d)
+float fcl_fp8_e5m2_value(uint x)
 {
-    const uint x = src[row + d], e = (x >> 2) & 31u, m = x & 3u;
+    const uint e = (x >> 2) & 31u, m = x & 3u;
     float v = e == 31u ? (m ? NAN : INFINITY)
               : e      ? as_float((e + 112u) << 23 | m << 21)
                        : (float)m * 0x1p-16f;
     return x & 0x80u ? -v : v;
+}
+float fcl_kv_decode_fp8_e4m3(__global const uchar *src, ulong row, uint d)
+{
+    return fcl_fp8_e4m3_value(src[row + d]);
+}
+float fcl_kv_decode_fp8_e5m2(__global const uchar *src, ulong row, uint d)
+{
+    return fcl_fp8_e5m2_value(src[row + d]);
 }
 float fcl_kv_decode_int8(__global const uchar *src, ulong row, uint d)
 {

@@ -3,7 +3,8 @@
  * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the mma
  * fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
  * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 256,
- * float32's up to 128, multiples of 8); the portable kernels (attention_tile.cl) are its
+ * float32's up to 128, multiples of 8; in the _kv builds, f16 or bf16 q with K and V each
+ * of q's type or coded, FA_MMA_KV below); the portable kernels (attention_tile.cl) are its
  * reference and serve everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
  * head-dim bucket and product type, with
@@ -50,6 +51,24 @@ FCL_INLINE void fa_mma_copy16(__local void *dst, __global const void *src, uint 
                      : "memory");
 }
 
+/* The same for 8 and 4 bytes (cp.async.ca: .cg takes 16 only), for the bytes of coded K/V
+ * rows, whose starts may be 8- or 4-byte aligned only. */
+FCL_INLINE void fa_mma_copy8(__local void *dst, __global const void *src, uint bytes)
+{
+    __asm__ volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
+                     :
+                     : "r"(fa_mma_local_address(dst)), "l"(src), "r"(bytes)
+                     : "memory");
+}
+
+FCL_INLINE void fa_mma_copy4(__local void *dst, __global const void *src, uint bytes)
+{
+    __asm__ volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                     :
+                     : "r"(fa_mma_local_address(dst)), "l"(src), "r"(bytes)
+                     : "memory");
+}
+
 FCL_INLINE void fa_mma_copies_commit(void) { __asm__ volatile("cp.async.commit_group;" ::: "memory"); }
 
 /* Waits for this work-item's copies; the barrier after it makes every work-item's visible. */
@@ -82,6 +101,202 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
 {
     const uint lo = d < dim ? row[d] : 0, hi = d + 1 < dim ? row[d + 1] : 0;
     return lo | hi << 16;
+}
+
+/* x from lane `from` of the warp (every lane must take part). */
+FCL_INLINE uint fa_mma_shuffle_from(uint x, uint from)
+{
+    uint y;
+    __asm__ volatile("shfl.sync.idx.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(y) : "r"(x), "r"(from));
+    return y;
+}
+
+/* ---- coded K/V rows in local memory (the _kv builds): a row's bytes as cp.async copied
+ * them, 4-byte aligned ---- */
+/* The little-endian 32-bit word at byte `at` (even) of a row, and the binary16 there. */
+FCL_INLINE uint fa_raw_word(__local const uchar *row, uint at)
+{
+    __local const ushort *h = (__local const ushort *)(row + at);
+    return h[0] | (uint)h[1] << 16;
+}
+FCL_INLINE float fa_raw_half(__local const uchar *row, uint at)
+{
+    return vload_half(0, (__local const half *)(row + at));
+}
+
+/* Bytes a copy of a coded tensor's rows may move (16, 8 or 4: what every row start and the
+ * row's length allow; the planner takes no call where it is less than 4), rows of rb bytes.
+ * Paged and packed rows start at sums of these. */
+FCL_INLINE uint fa_mma_raw_chunk(ulong offset, ulong batch, ulong head, ulong token, uint rb)
+{
+    const ulong any = offset | batch | head | token | rb;
+    return any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : 4;
+}
+
+/* Values [col, col + 8) of a row of a coded format (col a multiple of 8, so that they lie in
+ * one ggml block) as d c + m: the codes c (small integers, exact in f16 and bf16) into x,
+ * the block's factors into d and m (fp8, int8: c is the value, d 1 and m 0), read once, the
+ * codes as two words; fcl_kv_decode (attention_common.cl) is the reference. An unknown format
+ * gives NaN. */
+FCL_INLINE void fa_kv_codes8_local(float *x, float *d, float *m, __local const uchar *row,
+                                   uint format, uint col)
+{
+    const uint i = col % 32; /* the first value's place in its block */
+    uint blk = 18, qs = 2, qh = 0, bias = 8;
+    *d = 1.0f, *m = 0.0f;
+    if (format >= FCL_KV_FP8_E4M3) { /* a byte a value */
+        const uint w[2] = {fa_raw_word(row, col), fa_raw_word(row, col + 4)};
+        #pragma unroll
+        for (uint e = 0; e < 8; e++) {
+            const uint c = (w[e / 4] >> (8 * (e % 4))) & 0xffu;
+            x[e] = format == FCL_KV_INT8 ? (float)(char)c
+                   : format == FCL_KV_FP8_E4M3 ? fcl_fp8_e4m3_value(c) : fcl_fp8_e5m2_value(c);
+        }
+        *d = format <= FCL_KV_INT8 ? 1.0f : NAN;
+        return;
+    }
+    if (format == FCL_KV_Q8_0) {
+        __local const uchar *b = row + col / 32 * 34;
+        const uint w[2] = {fa_raw_word(b, 2 + i), fa_raw_word(b, 6 + i)};
+        *d = fa_raw_half(b, 0);
+        #pragma unroll
+        for (uint e = 0; e < 8; e++)
+            x[e] = (float)(char)(w[e / 4] >> (8 * (e % 4)));
+        return;
+    }
+    /* 4- and 5-bit blocks: value i + e's code is the low nibble of qs[(i + e) % 16] for
+     * i < 16, else the high one (i is 0, 8, 16 or 24), and bit i + e of qh its fifth */
+    if (format == FCL_KV_Q4_1)
+        blk = 20, qs = 4;
+    else if (format == FCL_KV_Q5_0)
+        blk = 22, qs = 6, qh = 2, bias = 16;
+    else if (format == FCL_KV_Q5_1)
+        blk = 24, qs = 8, qh = 4, bias = 16;
+    __local const uchar *b = row + col / 32 * blk;
+    const uint w[2] = {fa_raw_word(b, qs + i % 16), fa_raw_word(b, qs + i % 16 + 4)};
+    const uint h = qh ? fa_raw_word(b, qh) >> i : 0;
+    *d = format >= FCL_KV_Q4_0 && format <= FCL_KV_IQ4_NL ? fa_raw_half(b, 0) : NAN;
+    /* q4_1 and q5_1's codes centred as q4_0's and q5_0's, d n + m as d (n - bias) + (m + bias
+     * d): small codes, so that a product's rounding is relative to what they add */
+    *m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 ? fma((float)bias, *d, fa_raw_half(b, 2))
+                                                        : 0.0f;
+    #pragma unroll
+    for (uint e = 0; e < 8; e++) {
+        const uint byte = w[e / 4] >> (8 * (e % 4));
+        const uint n = (i < 16 ? byte & 15u : (byte >> 4) & 15u) | ((h >> e) & 1u) << 4;
+        x[e] = format == FCL_KV_IQ4_NL ? fcl_iq4_nl_values[n] : (float)((int)n - (int)bias);
+    }
+}
+
+/* The same values decoded: d c + m. */
+FCL_INLINE void fa_kv_decode8_local(float *x, __local const uchar *row, uint format, uint col)
+{
+    float d, m;
+    fa_kv_codes8_local(x, &d, &m, row, format, col);
+    #pragma unroll
+    for (uint e = 0; e < 8; e++)
+        x[e] = fma(d, x[e], m);
+}
+
+/* Bytes of a word picked by a prmt selector (4: a zero byte). */
+FCL_INLINE uint fa_prmt(uint a, uint selector)
+{
+    uint r;
+    __asm__("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(0u), "r"(selector));
+    return r;
+}
+FCL_INLINE uint fa_f16x2_sub(uint a, uint b)
+{
+    uint r;
+    __asm__("sub.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+FCL_INLINE uint fa_f16x2_mul(uint a, uint b)
+{
+    uint r;
+    __asm__("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+/* fa_kv_codes8_local's codes as f16 pairs, without float conversions, where that is exact and
+ * cheap: a byte c as f16(1024 + (c ^ 0x80)) - 1152 (int8, q8_0), a nibble n (and fifth bit) as
+ * f16(1024 + n) - 1024 - bias (q4_x, q5_x), an E5M2 code as f16's top byte, an E4M3 code's bits
+ * as f16's shifted by one (the value times 2^-8, subnormals too) times 256. 0 where it does
+ * not apply (iq4_nl; fp8's NaN and infinite codes): the caller takes the float path. */
+FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local const uchar *row,
+                                     uint format, uint col)
+{
+    const uint i = col % 32;
+    uint w[2], r[4];
+    *d = 1.0f, *m = 0.0f;
+    if (format == FCL_KV_INT8 || format == FCL_KV_Q8_0) {
+        __local const uchar *b = format == FCL_KV_Q8_0 ? row + col / 32 * 34 + 2 + i : row + col;
+        w[0] = fa_raw_word(b, 0), w[1] = fa_raw_word(b, 4);
+        if (format == FCL_KV_Q8_0)
+            *d = fa_raw_half(b - 2 - i, 0);
+        #pragma unroll
+        for (uint k = 0; k < 4; k++)
+            r[k] = fa_f16x2_sub((fa_prmt(w[k / 2], k % 2 ? 0x4342u : 0x4140u) ^ 0x00800080u) |
+                                    0x64006400u,
+                                0x64806480u);
+    } else if (format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) {
+        const int e5m2 = format == FCL_KV_FP8_E5M2;
+        w[0] = fa_raw_word(row, col), w[1] = fa_raw_word(row, col + 4);
+        const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
+        if ((((w[0] & top) + one) | ((w[1] & top) + one)) & 0x80808080u)
+            return 0; /* a NaN or infinite code */
+        #pragma unroll
+        for (uint k = 0; k < 4; k++) {
+            const uint t = fa_prmt(w[k / 2], k % 2 ? 0x3424u : 0x1404u); /* codes << 8 */
+            r[k] = e5m2 ? t
+                        : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
+        }
+    } else if (format >= FCL_KV_Q4_0 && format <= FCL_KV_Q5_1) {
+        uint blk = 18, qs = 2, qh = 0, bias = 0x64086408u; /* f16 1024 + bias, twice */
+        if (format == FCL_KV_Q4_1)
+            blk = 20, qs = 4;
+        else if (format == FCL_KV_Q5_0)
+            blk = 22, qs = 6, qh = 2, bias = 0x64106410u;
+        else if (format == FCL_KV_Q5_1)
+            blk = 24, qs = 8, qh = 4, bias = 0x64106410u;
+        __local const uchar *b = row + col / 32 * blk;
+        w[0] = fa_raw_word(b, qs + i % 16), w[1] = fa_raw_word(b, qs + i % 16 + 4);
+        const uint h = qh ? fa_raw_word(b, qh) >> i : 0;
+        *d = fa_raw_half(b, 0);
+        *m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 /* centred, as fa_kv_codes8_local */
+                 ? fma(qh ? 16.0f : 8.0f, *d, fa_raw_half(b, 2))
+                 : 0.0f;
+        #pragma unroll
+        for (uint k = 0; k < 4; k++) {
+            uint n = (fa_prmt(w[k / 2], k % 2 ? 0x4342u : 0x4140u) >> (i < 16 ? 0 : 4)) & 0x000f000fu;
+            n |= ((h >> (2 * k)) & 1u) << 4 | ((h >> (2 * k + 1)) & 1u) << 20;
+            r[k] = fa_f16x2_sub(n | 0x64006400u, bias);
+        }
+    } else {
+        return 0;
+    }
+    *out = (uint4)(r[0], r[1], r[2], r[3]);
+    return 1;
+}
+
+/* bf16 tiles take the float path (bf16 holds the codes, not these bit patterns). */
+FCL_INLINE int fa_kv_codes8_fast_bf16(uint4 *out, float *d, float *m, __local const uchar *row,
+                                      uint format, uint col)
+{
+    return 0;
+}
+
+/* Values col and col + 1 (col even) of such a row: a call, so that the slow path that reads
+ * them (fa_mma_add_nonfinite) stays small enough to unroll over its registers. */
+__attribute__((noinline)) float2 fa_kv_pair_local(__local const uchar *row, uint format, uint col)
+{
+    float x[8];
+    fa_kv_decode8_local(x, row, format, col / 8 * 8);
+    float2 v = (float2)(x[0], x[1]);
+    #pragma unroll
+    for (uint e = 2; e < 8; e += 2)
+        v = col % 8 == e ? (float2)(x[e], x[e + 1]) : v;
+    return v;
 }
 
 /* 2^x, results below 2^-126 flushed to zero: one instruction (MUFU.EX2), where OpenCL's exp2
@@ -133,6 +348,13 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_WKEYS (FA_MMA_BK / FA_MMA_KWARPS)         /* keys of a tile a warp takes */
 #define FA_MMA_NKEYS (FA_MMA_WKEYS / 8)                  /* 8-key blocks of a warp's scores */
 #define FA_MMA_NDIMS (FA_D / 8)   /* 8-column blocks of the output */
+/* The builds for K/V formats (v0.3, 16-bit products only): a K or V of q's type is copied
+ * into its tile as in the other builds; one of a coded format goes by its bytes into the
+ * staging buffer raw (one tile's rows of FA_MMA_RAW_ROW bytes at most, q8_0's), and is
+ * decoded from there into the tile. Scales stay out of the tiles: TENSOR and HEAD factors
+ * scale the scores and the output, TOKEN ones each key's score and p. */
+#define FA_MMA_KV ((FA_FEATURES >> FA_FLAG_KV_BIT & 1) && !FA_MMA_F32)
+#define FA_MMA_RAW_ROW (FA_D / 32 * 34)
 
 /* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
  * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
@@ -175,6 +397,7 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * orders the writes after the reads of the tile that used k_at and v_at before (a barrier
  * since its copies were issued) and before the reads (a barrier before the copies). */
 FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local ulong *v_at,
+                                                  __local float *k_sc, __local float *v_sc,
                                                   const fa_params *p, const fa_io *io,
                                                   const fa_seq *s, ulong k0, ulong end)
 {
@@ -182,6 +405,12 @@ FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local 
         const fa_place at = fa_place_of(p, io, &s->k, k0 + t < end ? k0 + t : k0);
         k_at[t] = fa_row_at(&s->k, at);
         v_at[t] = fa_row_at(&s->v, at);
+#if FA_MMA_KV /* ... and the rows' TOKEN scales */
+        if (p->flags & FA_FLAG_K_TOKEN_SCALES)
+            k_sc[t] = io->k_scales[fa_row_at(&s->ks, at)];
+        if (p->flags & FA_FLAG_V_TOKEN_SCALES)
+            v_sc[t] = io->v_scales[fa_row_at(&s->vs, at)];
+#endif
     }
 }
 
@@ -207,6 +436,78 @@ FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local FA_MMA_ELEM (*tile)[F
         fa_mma_copy16(&tile[row][col], from, inside ? 16 : 0);
     }
 }
+
+#if FA_MMA_KV
+/* The bytes of rows [k0, k0 + FA_MMA_BK) of a coded K or V (row t at byte row_at[t] of src,
+ * rb bytes) into raw, packed, chunk bytes a copy; rows past end become zeros (which decode
+ * to 0 in every format). */
+FCL_INLINE void FCL_CAT(fa_mma_stage_tile, FA_NAME)(__local uchar *raw, __global const uchar *src,
+                                                   __local const ulong *row_at, ulong k0,
+                                                   ulong end, uint rb, uint chunk)
+{
+    const uint per_row = rb / chunk;
+    const ulong rows_left = end - k0;
+    for (uint i = get_local_id(0); i < FA_MMA_BK * per_row; i += FA_MMA_THREADS) {
+        const uint row = i / per_row, at = (i - row * per_row) * chunk;
+        const int inside = row < rows_left;
+        __global const uchar *from = inside ? src + row_at[row] + at : src;
+        __local uchar *to = raw + row * rb + at;
+        const uint bytes = inside ? chunk : 0;
+        if (chunk == 16)
+            fa_mma_copy16(to, from, bytes);
+        else if (chunk == 8)
+            fa_mma_copy8(to, from, bytes);
+        else
+            fa_mma_copy4(to, from, bytes);
+    }
+}
+
+/* The staged rows of a coded K or V into tile as codes: integers (or fp8 values), exact in
+ * the 16-bit type, so that what the products round is only q and p; ggml blocks' factors
+ * into blk_d and blk_m ([block][key]: fa_mma_scores_of and fa_mma_accumulate_blocks
+ * apply them in float32); columns past dim zeros. K's NaN and infinite fp8 codes stay in the
+ * tile (its key's scores are NaN or infinite, and hidden keys' scores become -inf). V's
+ * (where bad is given) become 0 there and set their row's bit in bad: a key hidden from some
+ * rows (weight 0) must add nothing to them, which 0 times NaN in a product would not;
+ * fa_mma_add_nonfinite adds them where the weight is not 0 (bad cleared before, a barrier
+ * between). */
+FCL_INLINE void FCL_CAT(fa_mma_codes_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+                                                   __local float (*blk_d)[FA_MMA_BK],
+                                                   __local float (*blk_m)[FA_MMA_BK],
+                                                   __local const uchar *raw, uint format,
+                                                   uint rb, uint dim, __local uint *bad)
+{
+    #pragma unroll
+    for (uint n = 0; n < FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS; n++) {
+        const uint i = get_local_id(0) + n * FA_MMA_THREADS;
+        const uint row = i / FA_MMA_ROW_CHUNKS, col = i % FA_MMA_ROW_CHUNKS * 8;
+        uint4 codes = (uint4)(0);
+        float d = 0.0f, m = 0.0f;
+        if (col < dim &&
+            !FCL_CAT(fa_kv_codes8_fast, FA_MMA_T)(&codes, &d, &m, raw + row * rb, format, col)) {
+            float x[8];
+            int finite = 1;
+            fa_kv_codes8_local(x, &d, &m, raw + row * rb, format, col);
+            #pragma unroll
+            for (uint e = 0; e < 8; e++) {
+                finite &= isfinite(x[e]);
+                x[e] = bad && !isfinite(x[e]) ? 0.0f : x[e];
+            }
+            if (bad && !finite)
+                atomic_or(&bad[row / 32], 1u << row % 32);
+            codes = (uint4)(FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[0], x[1]),
+                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2], x[3]),
+                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[4], x[5]),
+                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[6], x[7]));
+        }
+        if (col % 32 == 0) {
+            blk_d[col / 32][row] = d;
+            blk_m[col / 32][row] = m;
+        }
+        *(__local uint4 *)&tile[row][col] = codes;
+    }
+}
+#endif
 
 #if FA_MMA_F32
 /* q's A fragments of one row (r % 2: the fragment's row g or g + 8) straight from global
@@ -309,12 +610,20 @@ FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ush
 }
 
 /* s = q K^T over the tile: ldmatrix gives the B fragments of 8 keys for two products (32
- * columns of q.k: matrix i holds columns 8i to 8i + 7), each fed to every row tile. */
-FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
-                                               uint (*qf)[FA_MMA_KSTEPS][4],
-                                               __local const ushort (*k_tile)[FA_MMA_ROW(FA_D)],
-                                               uint lane)
+ * columns of q.k: matrix i holds columns 8i to 8i + 7), each fed to every row tile. With
+ * blk_d (a tile of ggml codes, fa_mma_codes_tile), each such 32-column block (one ggml block)
+ * of each key is q.c times the key's d there, plus its m times q's sum there (has_m: q4_1,
+ * q5_1), in float32 (keys: the warp's first key of the tile); without, a constant NULL, the
+ * compiler removes that. */
+FCL_INLINE void FCL_CAT(fa_mma_scores_of, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
+                                                  uint (*qf)[FA_MMA_KSTEPS][4],
+                                                  __local const ushort (*k_tile)[FA_MMA_ROW(FA_D)],
+                                                  __local const float (*blk_d)[FA_MMA_BK],
+                                                  __local const float (*blk_m)[FA_MMA_BK],
+                                                  float (*qsum)[FA_D / 32], uint keys,
+                                                  int has_m, uint lane)
 {
+    const uint t = lane % 4;
     #pragma unroll
     for (uint j = 0; j < FA_MMA_NKEYS; j++)
         #pragma unroll
@@ -322,13 +631,63 @@ FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
             uint b[4];
             fa_mma_load(&k_tile[j * 8 + lane % 8][ks * 16 + lane / 8 * 8], &b[0], &b[1], &b[2],
                         &b[3]);
+            if (!blk_d) {
+                #pragma unroll
+                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b[0], b[1]);
+                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks + 1], b[2], b[3]);
+                }
+                continue;
+            }
+            const uint key = keys + j * 8 + 2 * t; /* and key + 1 */
+            const float2 d = (float2)(blk_d[ks / 2][key], blk_d[ks / 2][key + 1]);
+            const float2 m =
+                has_m ? (float2)(blk_m[ks / 2][key], blk_m[ks / 2][key + 1]) : (float2)(0.0f);
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b[0], b[1]);
-                FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks + 1], b[2], b[3]);
+                float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                FCL_CAT(fa_mma, FA_MMA_T)(part, qf[mt][ks], b[0], b[1]);
+                FCL_CAT(fa_mma, FA_MMA_T)(part, qf[mt][ks + 1], b[2], b[3]);
+                #pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    s[mt][j][e] += fma(e % 2 ? d.y : d.x, part[e],
+                                       (e % 2 ? m.y : m.x) * qsum[2 * mt + e / 2][ks / 2]);
             }
         }
 }
+
+FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
+                                               uint (*qf)[FA_MMA_KSTEPS][4],
+                                               __local const ushort (*k_tile)[FA_MMA_ROW(FA_D)],
+                                               uint lane)
+{
+    FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, k_tile, NULL, NULL, NULL, 0, 0, lane);
+}
+
+#if FA_MMA_KV
+/* The sums of q's columns over each 32-column block, for the lane's rows (r as
+ * FA_MMA_BLOCK_ROW's), from its fragments and its row's other 3 lanes: the m part of K's
+ * scores (fa_mma_scores_of). */
+FCL_INLINE void FCL_CAT(fa_mma_q_block_sums, FA_NAME)(float (*qsum)[FA_D / 32],
+                                                     uint (*qf)[FA_MMA_KSTEPS][4])
+{
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++)
+        #pragma unroll
+        for (uint b = 0; b < FA_D / 32; b++) {
+            float sum = 0.0f;
+            #pragma unroll
+            for (uint k = 0; k < 4; k++) { /* k-steps 2b and 2b + 1, columns 2t and 8 + 2t */
+                const float2 h =
+                    FCL_CAT(fcl_nv_halves, FA_MMA_T)(qf[r / 2][2 * b + k / 2][r % 2 + 2 * (k % 2)]);
+                sum += h.x + h.y;
+            }
+            sum += fcl_nv_shuffle_xor(sum, 1);
+            qsum[r][b] = sum + fcl_nv_shuffle_xor(sum, 2);
+        }
+}
+
+#endif
 
 /* o += p V over the tile, 16 keys a step: the score fragments of two 8-key blocks, rounded
  * to the storage type, are the A fragment of p; ldmatrix.trans gives V's B fragments for 16
@@ -362,6 +721,143 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
             }
         }
     }
+}
+#endif
+
+#if FA_MMA_KV
+/* The values fa_mma_codes_tile left out of the V tile (not finite) of the warp's keys, each
+ * times its row's TOKEN scale (v_sc, or 1), added to o where the key's weight (p, the
+ * probabilities before those scales) is not 0: only whether it is matters, for inf or NaN
+ * times it is itself. Rare (a cache of NaN or infinite values): a slow path.
+ * fa_mma_weighed_keys first gathers, from the 4 lanes of each of the lane's rows, the keys
+ * of the warp's share the row weighs (bit key % 32 of word key / 32); a lane's columns are
+ * n 8 + 2t + e. */
+FCL_INLINE void FCL_CAT(fa_mma_weighed_keys, FA_NAME)(uint (*seen)[2], float (*s)[FA_MMA_NKEYS][4],
+                                                     uint lane)
+{
+    const uint t = lane % 4;
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++) {
+        seen[r][0] = seen[r][1] = 0;
+        #pragma unroll
+        for (uint j = 0; j < FA_MMA_NKEYS; j++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++)
+                if (s[r / 2][j][2 * (r % 2) + e] != 0.0f)
+                    seen[r][j / 4] |= 1u << (j % 4 * 8 + 2 * t + e);
+        #pragma unroll
+        for (uint w = 0; w < 2; w++) {
+            seen[r][w] |= fa_mma_shuffle_from(seen[r][w], lane ^ 1);
+            seen[r][w] |= fa_mma_shuffle_from(seen[r][w], lane ^ 2);
+        }
+    }
+}
+
+FCL_INLINE void FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
+                                                      uint (*seen)[2], __local const uchar *raw,
+                                                      uint format, uint rb, uint dim,
+                                                      __local const uint *bad,
+                                                      __local const float *v_sc, int token,
+                                                      uint kw, uint lane)
+{
+    const uint t = lane % 4;
+    for (uint jj = 0; jj < FA_MMA_WKEYS; jj++) {
+        const uint key = kw * FA_MMA_WKEYS + jj;
+        if (!((bad[key / 32] >> key % 32) & 1u))
+            continue; /* the same for the whole warp */
+        const float scale = token ? v_sc[key] : 1.0f;
+        #pragma unroll
+        for (uint n = 0; n < FA_MMA_NDIMS; n++) {
+            const float2 pair = n * 8 < dim ? fa_kv_pair_local(raw + key * rb, format, n * 8 + 2 * t)
+                                            : (float2)(0.0f);
+            const float v[2] = {pair.x, pair.y};
+            #pragma unroll
+            for (uint r = 0; r < FA_MMA_ROWS; r++)
+                #pragma unroll
+                for (uint e = 0; e < 2; e++)
+                    if ((((jj < 32 ? seen[r][0] : seen[r][1]) >> jj % 32) & 1u) && !isfinite(v[e]))
+                        o[r / 2][n][2 * (r % 2) + e] += v[e] * scale;
+        }
+    }
+}
+#endif
+
+#if FA_MMA_KV
+/* o += p V over a tile of ggml codes (fa_mma_codes_tile): each 32-column block of the output
+ * takes p times its keys' d there (0 stays 0, so that a hidden key adds nothing even where d
+ * is not finite), rounded to the storage type as A fragment, then as fa_mma_accumulate; with
+ * m (has_m), each row's sum of p m over its keys adds to the block's columns. keys: the
+ * warp's first key of the tile. */
+FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
+                                                          float (*s)[FA_MMA_NKEYS][4],
+                                                          __local const ushort (*v_tile)[FA_MMA_ROW(FA_D)],
+                                                          __local const float (*v_d)[FA_MMA_BK],
+                                                          __local const float (*v_m)[FA_MMA_BK],
+                                                          uint keys, int has_m, uint lane)
+{
+    const uint t = lane % 4, matrix = lane / 8;
+    float pm[FA_MMA_ROWS][FA_D / 32]; /* the lane's part of p m per row and block */
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++)
+        #pragma unroll
+        for (uint cb = 0; cb < FA_D / 32; cb++)
+            pm[r][cb] = 0.0f;
+    #pragma unroll
+    for (uint kk = 0; kk < FA_MMA_WKEYS / 16; kk++)
+        #pragma unroll
+        for (uint cb = 0; cb < FA_D / 32; cb++) {
+            /* the lane's keys: 2t, 2t + 1 of 8-key blocks 2kk (e = 0, 1) and 2kk + 1 (2, 3) */
+            float d[4], m[4];
+            #pragma unroll
+            for (uint e = 0; e < 4; e++) {
+                const uint key = keys + kk * 16 + e / 2 * 8 + 2 * t + e % 2;
+                d[e] = v_d[cb][key];
+                m[e] = has_m ? v_m[cb][key] : 0.0f;
+            }
+            uint pf[FA_MMA_MT][4];
+            #pragma unroll
+            for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                float x[8]; /* p of (row g, g + 8) x (the 4 keys), weighed by d */
+                #pragma unroll
+                for (uint e = 0; e < 8; e++) {
+                    const uint blk = 2 * kk + e / 4, key = e / 4 * 2 + e % 2, row = e / 2 % 2;
+                    const float pv = s[mt][blk][2 * row + e % 2];
+                    x[e] = pv == 0.0f ? 0.0f : pv * d[key];
+                    if (pv != 0.0f)
+                        pm[2 * mt + row][cb] = fma(pv, m[key], pm[2 * mt + row][cb]);
+                }
+                pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[0], x[1]);
+                pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2], x[3]);
+                pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[4], x[5]);
+                pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[6], x[7]);
+            }
+            #pragma unroll
+            for (uint n2 = 2 * cb; n2 < 2 * cb + 2; n2++) {
+                uint b0, b1, b2, b3;
+                fa_mma_load_transposed(
+                    &v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8], &b0,
+                    &b1, &b2, &b3);
+                #pragma unroll
+                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
+                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
+                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
+                }
+            }
+        }
+    if (!has_m)
+        return;
+    #pragma unroll
+    for (uint r = 0; r < FA_MMA_ROWS; r++)
+        #pragma unroll
+        for (uint cb = 0; cb < FA_D / 32; cb++) {
+            float sum = pm[r][cb] + fcl_nv_shuffle_xor(pm[r][cb], 1);
+            sum += fcl_nv_shuffle_xor(sum, 2);
+            #pragma unroll
+            for (uint n = 4 * cb; n < 4 * cb + 4; n++)
+                #pragma unroll
+                for (uint e = 0; e < 2; e++)
+                    o[r / 2][n][2 * (r % 2) + e] += sum;
+        }
 }
 #endif
 
@@ -430,6 +926,24 @@ FCL_INLINE void FCL_CAT(fa_mma_merge_key_warps, FA_NAME)(float *m, float *l,
 }
 #endif
 
+/* The copies of rows [k0, k0 + FA_MMA_BK) of K (into k_tile) or V (v_tile) at rows: as they
+ * are, or (a coded tensor of a _kv build) their bytes into raw. */
+#if FA_MMA_KV
+#define FA_MMA_FETCH(tile, all, coded, rows, k0, dim, rb, chunk)                                \
+    do {                                                                                       \
+        if (coded)                                                                             \
+            FCL_CAT(fa_mma_stage_tile, FA_NAME)(raw, (__global const uchar *)(all), rows, k0,    \
+                                                w.kv_end, rb, chunk);                          \
+        else                                                                                   \
+            FCL_CAT(fa_mma_load_tile, FA_NAME)(tile, all, rows, k0, w.kv_end, dim);             \
+    } while (0)
+#define FA_MMA_FETCH_K(rows, k0) FA_MMA_FETCH(k_tile, k_all, coded_k, rows, k0, (uint)p->head_dim, rb_k, chunk_k)
+#define FA_MMA_FETCH_V(rows, k0) FA_MMA_FETCH(v_tile, v_all, coded_v, rows, k0, (uint)p->head_dim_v, rb_v, chunk_v)
+#else
+#define FA_MMA_FETCH_K(rows, k0) FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, rows, k0, w.kv_end, (uint)p->head_dim)
+#define FA_MMA_FETCH_V(rows, k0) FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, rows, k0, w.kv_end, (uint)p->head_dim_v)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(FA_MMA_WARPS * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
@@ -439,7 +953,20 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     /* The rows of the tile in use and of the next (fa_mma_tile_rows): the next tile's are
      * looked up while the scores are computed, ordered by the barriers the loop has anyway. */
     __local ulong k_at[2][FA_MMA_BK], v_at[2][FA_MMA_BK];
-#if FA_MMA_KWARPS > 1
+#if FA_MMA_KV /* coded rows' bytes, the rows' TOKEN scales, V's rows with values not finite */
+    __local uchar raw[FA_MMA_BK * FA_MMA_RAW_ROW] __attribute__((aligned(16)));
+    __local float k_sc[2][FA_MMA_BK], v_sc[2][FA_MMA_BK];
+    /* ... the block factors of the tile of ggml codes decoded last (K's during the scores,
+     * V's during the second product) */
+    __local float blk_d[FA_D / 32][FA_MMA_BK], blk_m[FA_D / 32][FA_MMA_BK];
+    __local uint bad[2];
+#else
+    __local float k_sc[2][1], v_sc[2][1];
+#endif
+#if FA_MMA_KWARPS > 1 && FA_MMA_KV /* the key warps' states, merged after the loop: in raw */
+    __local float (*part_m)[FA_MMA_BQ] = (__local float (*)[FA_MMA_BQ])raw;
+    __local float (*part_l)[FA_MMA_BQ] = part_m + FA_MMA_KWARPS;
+#elif FA_MMA_KWARPS > 1
     __local float part_m[FA_MMA_KWARPS][FA_MMA_BQ], part_l[FA_MMA_KWARPS][FA_MMA_BQ];
 #endif
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
@@ -448,11 +975,28 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __global const FA_MMA_ELEM *k_all = (__global const FA_MMA_ELEM *)io->k;
     __global const FA_MMA_ELEM *v_all = (__global const FA_MMA_ELEM *)io->v;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
+#if FA_MMA_KV
+    /* K and V each: of q's type (copied as it is) or coded (staged and decoded); the bytes
+     * of a coded row and of its copies */
+    const int coded_k = p->format_k > FCL_KV_BF16, coded_v = p->format_v > FCL_KV_BF16;
+    /* ... K in ggml blocks: codes in the tile, the blocks' factors applied to the scores */
+    const int k_blocks = p->format_k >= FCL_KV_Q8_0 && p->format_k <= FCL_KV_IQ4_NL;
+    const int k_has_m = p->format_k == FCL_KV_Q4_1 || p->format_k == FCL_KV_Q5_1;
+    const int v_blocks = p->format_v >= FCL_KV_Q8_0 && p->format_v <= FCL_KV_IQ4_NL;
+    const int v_has_m = p->format_v == FCL_KV_Q4_1 || p->format_v == FCL_KV_Q5_1;
+    const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
+    const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
+    const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
+#else
+    const int coded_k = 0, coded_v = 0;
+#endif
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
         const fa_work w = fa_locate(p, io, step, FA_MMA_BQ, 1);
         if (w.q0 >= w.s.len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
+        /* q_scale and K's factor (TENSOR, HEAD: 1 without), applied to the scores as one */
+        const float qk_scale = FA_MMA_KV ? p->q_scale * w.s.k_scale : p->q_scale;
         /* This lane's rows and the keys each may see. */
         ulong qi[FA_MMA_ROWS];
         int2 vis[FA_MMA_ROWS];
@@ -463,10 +1007,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
         const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
         if (w.kv_begin < w.kv_end) {
-            FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[0], v_at[0], p, io, &w.s, w.kv_begin, w.kv_end);
+            FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[0], v_at[0], k_sc[0], v_sc[0], p, io, &w.s,
+                                               w.kv_begin, w.kv_end);
             barrier(CLK_LOCAL_MEM_FENCE);
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at[0], w.kv_begin, w.kv_end,
-                                               (uint)p->head_dim);
+            FA_MMA_FETCH_K(k_at[0], w.kv_begin);
             fa_mma_copies_commit();
         }
 
@@ -479,14 +1023,19 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + row, r, t,
                                            inside ? (uint)p->head_dim : 0);
         }
+#if FA_MMA_KV
+        float qsum[FA_MMA_ROWS][FA_D / 32] = {{0}};
+        if (k_has_m)
+            FCL_CAT(fa_mma_q_block_sums, FA_NAME)(qsum, qf);
+#endif
         /* Each row's (m, l) in base 2: m the largest c s so far and l (this lane's part)
          * the sum of 2^(c s - m), s the score as the modifiers leave it, c log2(e); one FFMA
          * and one ex2 a score, as FlashAttention-2's softmax_scale_log2. Without modifiers
          * q_scale joins c and the scores are not scaled one by one (for q_scale > 0 the
          * largest q.k gives the largest score); not in float32, whose build at head dim 128
          * then spilled (255 registers, ptxas -v) and ran 8% slower on the H100. */
-        const int scale_in_c = !FA_MMA_F32 && !(p->flags & FA_SCORE_MODIFIERS) && p->q_scale > 0.0f;
-        const float c = scale_in_c ? p->q_scale * M_LOG2E_F : M_LOG2E_F;
+        const int scale_in_c = !FA_MMA_F32 && !(p->flags & FA_SCORE_MODIFIERS) && qk_scale > 0.0f;
+        const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
         float m[FA_MMA_ROWS], l[FA_MMA_ROWS];
         float o[FA_MMA_MT][FA_MMA_NDIMS][4];
         #pragma unroll
@@ -505,12 +1054,21 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             const int last = k0 + FA_MMA_BK >= w.kv_end;
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
-            FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, v_at[at], k0, w.kv_end,
-                                               (uint)p->head_dim_v);
+#if FA_MMA_KV
+            if (coded_k) { /* K's bytes into its tile, then raw is free for V's */
+                FCL_CAT(fa_mma_codes_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, p->format_k, rb_k,
+                                                    (uint)p->head_dim, NULL);
+                barrier(CLK_LOCAL_MEM_FENCE);
+            }
+            if (lid == 0)
+                bad[0] = bad[1] = 0; /* for the V tile's decoding, after a barrier */
+#endif
+            FA_MMA_FETCH_V(v_at[at], k0);
             fa_mma_copies_commit();
             if (FA_MMA_EARLY_ROWS && !last)
-                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], p, io, &w.s,
-                                                   k0 + FA_MMA_BK, w.kv_end);
+                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], k_sc[at ^ 1],
+                                                   v_sc[at ^ 1], p, io, &w.s, k0 + FA_MMA_BK,
+                                                   w.kv_end);
 
             float s[FA_MMA_MT][FA_MMA_NKEYS][4];
             #pragma unroll
@@ -518,17 +1076,37 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 #pragma unroll
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-            FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], lane);
+#if FA_MMA_KV
+            if (k_blocks)
+                FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], blk_d, blk_m,
+                                                   qsum, kw * FA_MMA_WKEYS, k_has_m, lane);
+            else
+#endif
+                FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], lane);
 
             if (!FA_MMA_EARLY_ROWS && !last)
-                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], p, io, &w.s,
-                                                   k0 + FA_MMA_BK, w.kv_end);
+                FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[at ^ 1], v_at[at ^ 1], k_sc[at ^ 1],
+                                                   v_sc[at ^ 1], p, io, &w.s, k0 + FA_MMA_BK,
+                                                   w.kv_end);
             fa_mma_copies_wait();
             /* V tile in; every warp is done with the K tile; the next tile's rows are known */
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (!last) {
-                FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, k_at[at ^ 1], k0 + FA_MMA_BK,
-                                                   w.kv_end, (uint)p->head_dim);
+            int v_nonfinite = 0; /* V's decoding left values out of the tile: raw keeps them */
+#if FA_MMA_KV
+            if (coded_v) {
+                FCL_CAT(fa_mma_codes_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v, rb_v,
+                                                    (uint)p->head_dim_v, bad);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                v_nonfinite = (bad[0] | bad[1]) != 0;
+            }
+            if (p->flags & FA_FLAG_K_TOKEN_SCALES) { /* each key's own factor */
+                #pragma unroll
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) *= k_sc[at][kw * FA_MMA_WKEYS + x / 4 % FA_MMA_NKEYS * 8 + 2 * t + x % 2];
+            }
+#endif
+            if (!last && !v_nonfinite) {
+                FA_MMA_FETCH_K(k_at[at ^ 1], k0 + FA_MMA_BK);
                 fa_mma_copies_commit();
             }
 
@@ -540,7 +1118,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             if (!scale_in_c) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
-                    FA_MMA_S(x) *= p->q_scale;
+                    FA_MMA_S(x) *= qk_scale;
             }
             if (p->flags & FA_FLAG_SOFTCAP) {
                 #pragma unroll
@@ -602,7 +1180,38 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 4; e++)
                         o[mt][n][e] *= alpha[2 * mt + e / 2];
 
-            FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
+#if FA_MMA_KV
+            uint seen[FA_MMA_ROWS][2];
+            if (v_nonfinite)
+                FCL_CAT(fa_mma_weighed_keys, FA_NAME)(seen, s, lane);
+            if (p->flags & FA_FLAG_V_TOKEN_SCALES) { /* p times each key's factor (0 stays 0) */
+                #pragma unroll
+                for (uint x = 0; x < FA_MMA_SCORES; x++)
+                    FA_MMA_S(x) = FA_MMA_S(x) == 0.0f
+                                      ? 0.0f
+                                      : FA_MMA_S(x) * v_sc[at][kw * FA_MMA_WKEYS + x / 4 % FA_MMA_NKEYS * 8 + 2 * t + x % 2];
+            }
+#endif
+#if FA_MMA_KV
+            if (v_blocks)
+                FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
+                                                           blk_m, kw * FA_MMA_WKEYS, v_has_m, lane);
+            else
+#endif
+                FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
+#if FA_MMA_KV
+            if (v_nonfinite) { /* then the next K tile's bytes, which overwrite V's */
+                FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, p->format_v, rb_v,
+                                                       (uint)p->head_dim_v, bad,
+                                                       v_sc[at], (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0,
+                                                       kw, lane);
+                barrier(CLK_LOCAL_MEM_FENCE);
+                if (!last) {
+                    FA_MMA_FETCH_K(k_at[at ^ 1], k0 + FA_MMA_BK);
+                    fa_mma_copies_commit();
+                }
+            }
+#endif
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
 
@@ -624,13 +1233,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
             if (qi[r] >= w.s.len_q)
                 continue;
+            /* V's factor (TENSOR, HEAD) where a key has weight: a row that weighs none is 0 */
+            const float v_factor = FA_MMA_KV && l[r] != 0.0f ? w.s.v_scale : 1.0f;
             const fa_dest dst = fa_finish_row(p, io, &w, qi[r], m[r] * M_LN2_F, l[r], t == 0);
             #pragma unroll
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 #pragma unroll
                 for (uint e = 0; e < 2; e++)
                     if (n * 8 + 2 * t + e < dim_v)
-                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[r / 2][n][2 * (r % 2) + e]);
+                        fa_store(p, io, dst, n * 8 + 2 * t + e, o[r / 2][n][2 * (r % 2) + e] * v_factor);
         }
     }
 }
@@ -655,3 +1266,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_ROW_CHUNKS
 #undef FA_MMA_THREADS
 #undef FA_MMA_EARLY_ROWS
+#undef FA_MMA_KV
+#undef FA_MMA_RAW_ROW
+#undef FA_MMA_FETCH
+#undef FA_MMA_FETCH_K
+#undef FA_MMA_FETCH_V

@@ -14,17 +14,26 @@
      (io)->alibi_slopes != NULL,  (io)->sinks != NULL,         (io)->k_scales != NULL,        \
      (io)->v_scales != NULL}
 
-/* Whether every row of q, k and v starts at a multiple of 8 elements (16 bytes of half
- * storage), as the tensor-core kernels' copies need. */
-static int rows_aligned8(const fcl_attention_params *p)
+/* Whether rows of K or V (strides: their view's offset and strides or'd) suit the NVIDIA
+ * kernels' copies: at multiples of 8 elements (16 bytes of half storage); of a coded format
+ * (a FA_FLAG_KV call) at multiples of 4 bytes, the row's bytes too (cp.async's least copy). */
+static int kv_rows_aligned(const fcl_attention_params *p, cl_ulong strides, unsigned format,
+                           size_t dim)
 {
-    const cl_ulong at[] = {p->q_offset, p->q_batch, p->q_head, p->q_token,
-                           p->k_offset, p->k_batch, p->k_head, p->k_token,
-                           p->v_offset, p->v_batch, p->v_head, p->v_token};
-    cl_ulong any = 0;
-    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
-        any |= at[i];
-    return any % 8 == 0;
+    const fcl_format_traits *f = fcl_format(format);
+    if (!(p->flags & FA_FLAG_KV) || !f || (f->roles & FCL_ROLE_FLOAT))
+        return strides % 8 == 0;
+    return (strides | fcl_format_row_units(format, dim)) % 4 == 0;
+}
+
+/* Whether every row of q, k and v starts where the tensor-core kernels' copies need. */
+static int nv_rows_aligned(const fcl_attention_params *p)
+{
+    const cl_ulong q = p->q_offset | p->q_batch | p->q_head | p->q_token;
+    const cl_ulong k = p->k_offset | p->k_batch | p->k_head | p->k_token;
+    const cl_ulong v = p->v_offset | p->v_batch | p->v_head | p->v_token;
+    return q % 8 == 0 && kv_rows_aligned(p, k, p->format_k, p->head_dim) &&
+           kv_rows_aligned(p, v, p->format_v, p->head_dim_v);
 }
 
 /* Whether two launches have the same kernel shape. */
@@ -89,12 +98,12 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
     if (fcl_attention_gqa_rows(pr, run))
         s = plan_nvidia(ctx,
                         fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
-                                                    rows_aligned8(&run->params), l),
+                                                    nv_rows_aligned(&run->params), l),
                         run, l, &taken);
     if (s != FCL_SUCCESS || taken)
         return s;
     *run = *pr;
-    s = plan_nvidia(ctx, fcl_plan_attention_mma(&ctx->info, &pr->d, rows_aligned8(&pr->params), l),
+    s = plan_nvidia(ctx, fcl_plan_attention_mma(&ctx->info, &pr->d, nv_rows_aligned(&pr->params), l),
                     pr, l, &taken);
     if (s != FCL_SUCCESS || taken)
         return s;

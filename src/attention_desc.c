@@ -575,9 +575,13 @@ int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_proble
      * masks, sinks, packed queries) would change meaning. Bottom-right causality shows one
      * query every key of its sequence: it becomes no rule. */
     const cl_uint kept = FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT | FA_FLAG_SOFTCAP |
-                         FA_FLAG_SEQLENS_KV | FA_FLAG_CU_KV | FA_FLAG_PAGED | FA_FLAG_LSE;
+                         FA_FLAG_SEQLENS_KV | FA_FLAG_CU_KV | FA_FLAG_PAGED | FA_FLAG_LSE |
+                         FA_FLAG_KV | FA_FLAG_K_HEAD_SCALES | FA_FLAG_V_HEAD_SCALES |
+                         FA_FLAG_K_TOKEN_SCALES | FA_FLAG_V_TOKEN_SCALES;
     const int top_left = (p->flags & FA_FLAG_CAUSAL) && !(p->flags & FA_FLAG_BOTTOM_RIGHT);
-    if (d->len_q != 1 || group < 2 || (p->flags & ~kept) || top_left)
+    /* K/V formats: groups of one head too (no other NVIDIA kernel reads them) */
+    const size_t least = p->flags & FA_FLAG_KV ? 1 : 2;
+    if (d->len_q != 1 || group < least || (p->flags & ~kept) || top_left)
         return 0;
     *rows = *pr;
     /* Query head h = hk * group + j becomes row j of head hk: rows q_head apart, heads

@@ -96,10 +96,11 @@ typedef struct fcl_unit {
  * each feature set. */
 typedef struct fcl_nv_kernels {
     fcl_unit check_unit, softmax_unit;
-    fcl_unit mma_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    /* ... of v0.2's features ([0]) and of K/V formats ([1], f16 and bf16 only) */
+    fcl_unit mma_unit[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     fcl_unit decode_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
-    cl_kernel mma[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
-    cl_kernel mma_rows[FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
+    cl_kernel mma[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS];
+    cl_kernel mma_rows[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */
     cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -451,10 +452,10 @@ int fcl_mma_kind_f32(int kind);
 typedef struct fcl_mma_shape {
     size_t warps, key_warps, row_tiles, block_kv;
 } fcl_mma_shape;
-fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows);
+fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows, int kv);
 /* Whether the kind has a build for the bucket, in the prefill build or the GQA build
  * (gqa_rows). */
-int fcl_plan_mma_built(int bucket, int kind, int gqa_rows);
+int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv);
 /* Whether a tile of block_q queries in a work-group of work_group_size prefetches the next
  * K and V tiles into registers (attention_tile.cl's FA_PREFETCH), where the device's tuning
  * allows it (fcl_tuning.attention_prefetch). */

@@ -24,13 +24,14 @@ extern const char fcl_cl_attention_decode_nv[];
 extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
-/* One build of attention_mma_nv.cl: its bucket, product kind and shape. The products' PTX
- * type is tf32 for float32 storage, else the kind's name (f16, bf16). */
-static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows)
+/* One build of attention_mma_nv.cl: its bucket, product kind and shape, and whether it takes
+ * K/V formats (kv: the _kv kernels). The products' PTX type is tf32 for float32 storage, else
+ * the kind's name (f16, bf16). */
+static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int kv)
 {
     const int f32 = fcl_mma_kind_f32(kind);
-    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
-    fcl_text_add(t, "#define FA_NAME mma%s_d%zu_%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, kv);
+    fcl_text_add(t, "#define FA_NAME mma%s_d%zu_%s%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
                     "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
                     "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
                     "#define FA_FEATURES 0x%xu\n"
@@ -38,15 +39,16 @@ static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows)
                     "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
                     "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
                  gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
-                 fcl_attention_bucket_dim(bucket), f32 ? "tf32" : fcl_mma_kind_names[kind], f32,
-                 kind == FCL_MMA_F32, sh.warps, sh.key_warps, sh.row_tiles, sh.block_kv,
-                 FA_FEATURES_ALL, fcl_cl_attention_mma_nv);
+                 kv ? "_kv" : "", fcl_attention_bucket_dim(bucket),
+                 f32 ? "tf32" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, sh.warps,
+                 sh.key_warps, sh.row_tiles, sh.block_kv, kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
+                 fcl_cl_attention_mma_nv);
 }
 
 /* The NVIDIA programs' parts, as the portable ones'. */
 typedef struct nv_parts {
     int check, softmax;
-    unsigned mma[FCL_MMA_BUCKETS];    /* bit kind: the kind's prefill and GQA builds */
+    unsigned mma[2][FCL_MMA_BUCKETS]; /* bit kind: the kind's prefill and GQA builds ([1]: _kv) */
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
 } nv_parts;
 
@@ -55,18 +57,19 @@ static char *mma_source(const nv_parts *p)
     fcl_text t = {0};
     int attention = 0;
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        attention |= p->mma[b] || p->decode[b];
+        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b];
     fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n",
                  fcl_cl_kv_formats, fcl_cl_common);
     fcl_text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
     if (attention)
         fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
                      fcl_cl_attention_args, fcl_cl_attention_common);
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
-            for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                if (((p->mma[b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows))
-                    add_mma_build(&t, b, kind, rows);
+    for (int kv = 0; kv <= 1; kv++)
+        for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+            for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
+                for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
+                    if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv))
+                        add_mma_build(&t, b, kind, rows, kv);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if ((p->decode[b] >> v) & 1)
@@ -257,30 +260,31 @@ static fcl_status build_nv_softmax(fcl_context *ctx)
 }
 
 /* Bucket b's tensor-core kernels of one kind (prefill, and the GQA build where there is
- * one); state -1 where they do not build or fit. */
-static fcl_status build_mma(fcl_context *ctx, int b, int kind)
+ * one), of v0.2's features or (kv) K/V formats; state -1 where they do not build or fit. */
+static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
 {
-    fcl_unit *u = &ctx->nv.mma_unit[b][kind];
+    fcl_unit *u = &ctx->nv.mma_unit[kv][b][kind];
     nv_parts p = {0};
-    p.mma[b] = 1u << kind;
+    p.mma[kv][b] = 1u << kind;
     char name[40], why[160] = "", what[48];
     int fits = 1;
     const size_t dim = fcl_attention_bucket_dim(b);
     fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
     for (int rows = 0; rows <= 1 && s == FCL_SUCCESS && fits; rows++) {
-        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s", rows ? "_rows" : "", dim,
-                 fcl_mma_kind_names[kind]);
-        if (fcl_plan_mma_built(b, kind, rows))
+        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s%s", rows ? "_rows" : "", dim,
+                 fcl_mma_kind_names[kind], kv ? "_kv" : "");
+        if (fcl_plan_mma_built(b, kind, rows, kv))
             s = create_nv_kernel(ctx, u->program, name,
-                                 rows ? &ctx->nv.mma_rows[b][kind] : &ctx->nv.mma[b][kind],
-                                 fcl_plan_mma_shape(b, kind, rows).warps * 32, &fits, why,
+                                 rows ? &ctx->nv.mma_rows[kv][b][kind] : &ctx->nv.mma[kv][b][kind],
+                                 fcl_plan_mma_shape(b, kind, rows, kv).warps * 32, &fits, why,
                                  sizeof why);
     }
     if (s != FCL_SUCCESS || !fits) {
-        fcl_release_kernel(&ctx->nv.mma[b][kind]);
-        fcl_release_kernel(&ctx->nv.mma_rows[b][kind]);
+        fcl_release_kernel(&ctx->nv.mma[kv][b][kind]);
+        fcl_release_kernel(&ctx->nv.mma_rows[kv][b][kind]);
     }
-    snprintf(what, sizeof what, "%s attention at head dims up to %zu", fcl_mma_kind_names[kind], dim);
+    snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
+             kv ? " on K/V formats" : "", dim);
     return finish_nv_unit(ctx, u, s, fits, what, why);
 }
 
@@ -314,7 +318,7 @@ static char *nv_source(int program)
                   .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX};
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         if (program == FCL_SOURCE_ALL || program == b) {
-            p.mma[b] = (1u << FCL_MMA_KINDS) - 1;
+            p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
                 p.decode[b] |= (unsigned)nv_decode_built_for(v) << v;
         }
@@ -340,11 +344,12 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
     const int b = l->bucket;
     fcl_status s = FCL_SUCCESS;
     *kernel = NULL;
-    if (l->path == FCL_ATTENTION_PATH_MMA && v == FCL_ATTENTION_ALL) {
-        if (!ctx->nv.mma_unit[b][l->mma_kind].state)
-            s = build_mma(ctx, b, l->mma_kind);
-        if (ctx->nv.mma_unit[b][l->mma_kind].state == 1)
-            *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[b][l->mma_kind];
+    const int kv = v == FCL_ATTENTION_KV;
+    if (l->path == FCL_ATTENTION_PATH_MMA && (v == FCL_ATTENTION_ALL || kv)) {
+        if (!ctx->nv.mma_unit[kv][b][l->mma_kind].state)
+            s = build_mma(ctx, b, l->mma_kind, kv);
+        if (ctx->nv.mma_unit[kv][b][l->mma_kind].state == 1)
+            *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][l->mma_kind];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);
@@ -360,11 +365,12 @@ static void nv_release(fcl_context *ctx)
     fcl_release_unit(&ctx->nv.softmax_unit);
     fcl_release_unit(&ctx->nv.check_unit);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        for (int k = 0; k < FCL_MMA_KINDS; k++) {
-            fcl_release_kernel(&ctx->nv.mma[b][k]);
-            fcl_release_kernel(&ctx->nv.mma_rows[b][k]);
-            fcl_release_unit(&ctx->nv.mma_unit[b][k]);
-        }
+        for (int k = 0; k < FCL_MMA_KINDS; k++)
+            for (int kv = 0; kv <= 1; kv++) {
+                fcl_release_kernel(&ctx->nv.mma[kv][b][k]);
+                fcl_release_kernel(&ctx->nv.mma_rows[kv][b][k]);
+                fcl_release_unit(&ctx->nv.mma_unit[kv][b][k]);
+            }
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++) {
             fcl_release_kernel(&ctx->nv.decode[b][v]);
             fcl_release_unit(&ctx->nv.decode_unit[b][v]);

@@ -1021,8 +1021,27 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
 
 const char *const fcl_mma_kind_names[FCL_MMA_KINDS] = {"f16", "bf16", "f32", "tf32"};
 
+/* A call with K/V formats on the tensor cores: products in q's 16-bit type, K and V each of
+ * that type (copied into the tiles as they are) or coded (decoded into them); else -1. */
+static int mma_kv_kind(const fcl_attention_desc *d)
+{
+    const int kind = d->dtype_q == FCL_DTYPE_F16    ? FCL_MMA_F16
+                     : d->dtype_q == FCL_DTYPE_BF16 ? FCL_MMA_BF16
+                                                    : -1;
+    const unsigned formats[2] = {d->format_k, d->format_v};
+    for (int i = 0; i < 2; i++) {
+        const unsigned f = formats[i] ? formats[i] : fcl_format_of_dtype(d->dtype_kv);
+        const fcl_format_traits *t = fcl_format(f);
+        if (!t || ((t->roles & FCL_ROLE_FLOAT) && f != fcl_format_of_dtype(d->dtype_q)))
+            return -1;
+    }
+    return kind;
+}
+
 int fcl_plan_mma_kind(const fcl_attention_desc *d)
 {
+    if (fcl_attention_kv_coded(d))
+        return mma_kv_kind(d);
     if (d->dtype_kv != d->dtype_q)
         return -1;
     switch (d->dtype_q) {
@@ -1037,10 +1056,13 @@ int fcl_mma_kind_f32(int kind) { return kind == FCL_MMA_F32 || kind == FCL_MMA_T
 /* f16 and bf16 at every bucket; float32 up to head dim 128 (at 256, q's and the output's
  * fragments alone would take 256 registers a lane), and not as GQA rows, which stay on the
  * portable decode kernel: on the H100 (B8 H32/8 D128, 8K keys) 3xTF32 rows took 0.360 ms and
- * the portable kernel 0.327, and the GQA build (one warp then) spilled at head dim 128. */
-int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
+ * the portable kernel 0.327, and the GQA build (one warp then) spilled at head dim 128. The
+ * builds for K/V formats (kv): f16 and bf16. */
+int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv)
 {
-    return !fcl_mma_kind_f32(kind) || (bucket < 2 && !gqa_rows);
+    if (fcl_mma_kind_f32(kind))
+        return !kv && bucket < 2 && !gqa_rows;
+    return 1;
 }
 
 /* Warps of a tensor-core work-group, tiles of 16 query rows a warp and keys a tile, per
@@ -1058,15 +1080,18 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows)
  * every key tile (key_warps): 6 work-groups an SM, each with its own tiles in flight. On the
  * H100 (B8 H32/8 f16, 8K keys, splits of one wave) 2 key warps against 1 and 4: 0.141 /
  * 0.140 / 0.144 ms at head dim 128, 0.084 / 0.091 / 0.093 at 64, and with groups of 8 heads
- * (H32/4) 0.088 / 0.095 / 0.090; 8 warps of 16 rows each took 0.27. */
-fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
+ * (H32/4) 0.088 / 0.095 / 0.090; 8 warps of 16 rows each took 0.27. The builds for K/V
+ * formats (kv) decode each tile in local memory: their GQA rows take a warp every 16 keys
+ * (4 at 64-key tiles), which on the H200 (B8 H32/8 D128, 32K keys) took fp8 from 3.12 to
+ * 1.05 ms together with the f16 codes' conversions without floats (docs/PERFORMANCE.md). */
+fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows, int kv)
 {
     const int f32 = fcl_mma_kind_f32(kind);
     fcl_mma_shape sh = {.warps = 4, .key_warps = 1, .row_tiles = 1, .block_kv = 64};
     if (bucket == 2 || (f32 && bucket == 1))
         sh.block_kv = 32;
-    if (gqa_rows)
-        sh.warps = sh.key_warps = 2;
+    if (gqa_rows) /* K/V formats: a warp every 16 keys, to decode the tiles */
+        sh.warps = sh.key_warps = kv ? sh.block_kv / 16 : 2;
     else if (!f32 && bucket == 0)
         sh.row_tiles = 2;
     else if (!f32)
@@ -1075,13 +1100,12 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows)
 }
 
 /* The head-dim bucket of d where the NVIDIA kernels take its shape (built, head dims up to
- * 256 in multiples of 8, rows at multiples of 8 elements, K and V of fcl_dtype's types and
- * unscaled), else -1. */
+ * 256 in multiples of 8, rows aligned for their copies), else -1. */
 static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *d, int rows_aligned)
 {
     const int bucket = fcl_attention_bucket(d->head_dim, d->head_dim_v);
     if (!info->attention_mma || !rows_aligned || bucket < 0 || bucket >= FCL_MMA_BUCKETS ||
-        d->head_dim % 8 || d->head_dim_v % 8 || fcl_attention_kv_coded(d))
+        d->head_dim % 8 || d->head_dim_v % 8)
         return -1;
     return bucket;
 }
@@ -1092,9 +1116,10 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
                              int gqa_rows, fcl_attention_launch *launch)
 {
     const int kind = fcl_plan_mma_kind(d);
-    if (bucket < 0 || kind < 0 || !fcl_plan_mma_built(bucket, kind, gqa_rows))
+    if (bucket < 0 || kind < 0 ||
+        !fcl_plan_mma_built(bucket, kind, gqa_rows, fcl_attention_kv_coded(d)))
         return 0;
-    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows);
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, fcl_attention_kv_coded(d));
     if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
                     sh.warps / sh.key_warps * 16 * sh.row_tiles,
                     sh.block_kv, sh.warps * 32, launch) != FCL_SUCCESS)
@@ -1116,7 +1141,9 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
     const int bucket = nvidia_bucket(info, d, rows_aligned);
     if (bucket < 0)
         return 0;
-    if (d->len_q > FCL_ATTENTION_DECODE_MAX_Q)
+    /* K/V formats: the tensor-core kernel's _kv build for every query length (the GQA rows,
+     * where the call allows, were tried before, also for groups of one head) */
+    if (d->len_q > FCL_ATTENTION_DECODE_MAX_Q || fcl_attention_kv_coded(d))
         return plan_tensor_cores(info, d, bucket, 0, launch);
     /* Decoding: where the portable kernel does not take several query heads of a kv head
      * together (the shuffle kernel takes one: with 4 it needed 254 registers on the H100 and

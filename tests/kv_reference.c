@@ -2,6 +2,8 @@
  * operation to float32 on its own. */
 #include "kv_reference.h"
 
+#include "support.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,4 +203,54 @@ void *kv_tensor(unsigned format, size_t rows, size_t dim, kv_fill fill, chk_rng 
     }
     free(x);
     return t;
+}
+
+/* ---- caches for attention runs ---- */
+
+void kv_recode(attention_run *r, kv_fill fill)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    const unsigned fk = chk_kv_format(d.format_k, d.dtype_kv), fv = chk_kv_format(d.format_v, d.dtype_kv);
+    const size_t rows = r->k_n / d.head_dim;
+    free((void *)r->io.k);
+    free((void *)r->io.v);
+    r->io.k = kv_tensor(fk, rows, d.head_dim, fill, support_rng());
+    r->io.v = kv_tensor(fv, rows, d.head_dim_v, fill, support_rng());
+    r->k_n = rows * chk_kv_row_units(fk, d.head_dim);
+    r->v_n = rows * chk_kv_row_units(fv, d.head_dim_v);
+}
+
+float *kv_random_scales(size_t n)
+{
+    float *s = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++)
+        s[i] = (float)(0.25 + 1.75 * chk_uniform(support_rng()));
+    return s;
+}
+
+void kv_add_scales(attention_run *r, int is_v, fcl_kv_scale mode)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    size_t n = 0;
+    if (mode == FCL_KV_SCALE_TENSOR)
+        *(is_v ? &r->d.v_scale : &r->d.k_scale) = is_v ? 0.625f : 1.375f;
+    if (mode == FCL_KV_SCALE_HEAD) {
+        *(is_v ? &r->d.v_scales_batch_stride : &r->d.k_scales_batch_stride) = d.heads_kv + 1;
+        n = d.batch * (d.heads_kv + 1);
+    }
+    if (mode == FCL_KV_SCALE_TOKEN)
+        n = r->k_n / chk_kv_row_units(chk_kv_format(d.format_k, d.dtype_kv), d.head_dim);
+    *(is_v ? &r->d.scale_mode_v : &r->d.scale_mode_k) = mode;
+    if (!n)
+        return;
+    *(is_v ? &r->io.v_scales : &r->io.k_scales) = kv_random_scales(n);
+    *(is_v ? &r->vs_n : &r->ks_n) = n;
+}
+
+void kv_free_run(attention_run *r)
+{
+    free((void *)r->io.k_scales);
+    free((void *)r->io.v_scales);
+    attention_free_inputs(r);
 }

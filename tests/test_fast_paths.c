@@ -1,7 +1,7 @@
 /* The vendor fast paths against the portable path and the float64 reference, on the device
  * the tests run on: NVIDIA's prefill on the tensor cores (FCL_ATTENTION_PATH_MMA,
  * cl/attention_mma_nv.cl: f16, bf16, float32 by 3xTF32 and by TF32), GQA decoding as rows
- * of a kv head on the same kernel, decode by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV,
+ * of a kv head on the same kernel, both on K/V formats (its _kv builds), decode by warp shuffles (FCL_ATTENTION_PATH_DECODE_NV,
  * cl/attention_decode_nv.cl) and softmax (cl/softmax_nv.cl). Each call runs twice, on the
  * test context (the fast path where the device has it) and on a context with them switched
  * off (FLASHCL_TUNE=attention_mma=0): both must match the reference, and each other.
@@ -9,6 +9,7 @@
  * the reference (both contexts would run the same portable kernels; in the small-size mode of the sanitizer
  * run, not even that). */
 #define _POSIX_C_SOURCE 200809L /* setenv, strdup */
+#include "kv_reference.h"
 #include "support.h"
 
 #include <math.h>
@@ -466,6 +467,112 @@ static void test_gqa_decode_rows_match(void **state)
     fcl_context_destroy(portable);
 }
 
+/* check_both for a call with K/V formats; without the NVIDIA kernels only the path (the
+ * portable kernels' results on these formats are test_kv's). */
+static void check_kv_both(fcl_context *portable, attention_run *r, fcl_attention_path fast_path)
+{
+    if (mma_expected())
+        check_both(portable, r, fast_path);
+    else
+        assert_int_not_equal(path_of(support_ctx, &r->d), fast_path);
+}
+
+/* One K/V-format case of d on both contexts: K and V in fk and fv (built by fill), scaled as
+ * d says or (a mode other than NONE) by kv_add_scales, and where nonfinite a NaN code in V (fp8 E4M3) or an infinite one (E5M2) in
+ * row 37 of the cache (its key hidden from some queries by causality). */
+static void check_kv_case(fcl_context *portable, fcl_attention_desc d, unsigned fk, unsigned fv,
+                          kv_fill fill, fcl_kv_scale k_mode, fcl_kv_scale v_mode, int nonfinite,
+                          fcl_attention_path fast_path)
+{
+    attention_run r = {.d = d};
+    r.d.format_k = (fcl_kv_format)fk, r.d.format_v = (fcl_kv_format)fv;
+    attention_contiguous_inputs(&r);
+    kv_recode(&r, fill);
+    if (k_mode)
+        kv_add_scales(&r, 0, k_mode);
+    if (v_mode)
+        kv_add_scales(&r, 1, v_mode);
+    if (nonfinite)
+        ((unsigned char *)r.io.v)[37 * d.head_dim + 5] = fv == FCL_KV_FP8_E4M3 ? 0x7f : 0xfc;
+    check_kv_both(portable, &r, fast_path);
+    kv_free_run(&r);
+}
+
+/* NVIDIA's tensor-core kernels on K/V formats (the _kv builds, decoding each tile into q's
+ * 16-bit type): every coded format for K and V, from data and from random bytes, with f16
+ * and bf16 q, in prefill (bottom-right causal, head dim 128), GQA decoding as rows (groups of
+ * 4, head dim 64) and groups of one head (256); each scale mode; a coded K or V beside one of
+ * q's type; a paged cache; split-KV and a window; NaN and infinite V codes in causal prefill
+ * (a key of weight 0 adds nothing to a row, its NaN included). int8 is scaled (its codes
+ * reach 127), as LMDeploy keeps it. */
+static void test_mma_kv_matches(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    static const unsigned formats[] = {FCL_KV_Q8_0,   FCL_KV_Q4_0,     FCL_KV_Q4_1,
+                                       FCL_KV_Q5_0,   FCL_KV_Q5_1,     FCL_KV_IQ4_NL,
+                                       FCL_KV_FP8_E4M3, FCL_KV_FP8_E5M2, FCL_KV_INT8};
+    const fcl_kv_scale none = FCL_KV_SCALE_NONE, tensor = FCL_KV_SCALE_TENSOR;
+    const fcl_attention_path mma = FCL_ATTENTION_PATH_MMA;
+    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
+        const fcl_attention_desc shapes[] = {
+            {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70, .len_kv = 133, .head_dim = 128,
+             .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t},
+            {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1, .len_kv = 300, .head_dim = 64,
+             .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = (fcl_dtype)t},
+            {.batch = 2, .heads_q = 3, .heads_kv = 3, .len_q = 1, .len_kv = 200, .head_dim = 256,
+             .dtype_q = (fcl_dtype)t}};
+        for (size_t f = 0; f < sizeof formats / sizeof formats[0]; f++)
+            for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+                fcl_attention_desc d = shapes[k];
+                if (formats[f] == FCL_KV_INT8)
+                    d.scale_mode_k = d.scale_mode_v = tensor, d.k_scale = d.v_scale = 0.03f;
+                check_kv_case(portable, d, formats[f], formats[f], (kv_fill)((f + k) % 2), none,
+                              none, 0, mma);
+            }
+        const fcl_attention_desc prefill = shapes[0], rows = shapes[1];
+        const unsigned half = (unsigned)t + 1 /* fcl_dtype t is format t + 1 */;
+        /* scales: HEAD q8_0 K, TOKEN int8 V; TOKEN fp8 K, TENSOR fp8 V */
+        check_kv_case(portable, prefill, FCL_KV_Q8_0, FCL_KV_INT8, KV_FROM_DATA,
+                      FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
+        check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA,
+                      FCL_KV_SCALE_TOKEN, tensor, 0, mma);
+        /* a coded K or V beside one of q's type (copied as it is), any scale */
+        check_kv_case(portable, prefill, FCL_KV_Q8_0, half, KV_FROM_DATA, none, tensor, 0, mma);
+        check_kv_case(portable, rows, half, FCL_KV_Q4_0, KV_RAW, FCL_KV_SCALE_TOKEN, none, 0, mma);
+        /* NaN and infinite V codes where causality hides their key from some queries */
+        fcl_attention_desc hidden = prefill;
+        hidden.len_q = hidden.len_kv = 64;
+        hidden.head_dim = 64;
+        check_kv_case(portable, hidden, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none,
+                      none, 1, mma);
+        check_kv_case(portable, hidden, FCL_KV_FP8_E5M2, FCL_KV_FP8_E5M2, KV_FROM_DATA, none,
+                      none, 1, mma);
+        /* split-KV, a window */
+        fcl_attention_desc split = prefill;
+        split.kv_splits = 3;
+        split.len_kv = 700;
+        check_kv_case(portable, split, FCL_KV_Q4_1, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
+        fcl_attention_desc window = prefill;
+        window.window = 1, window.window_left = 40, window.window_right = 3;
+        check_kv_case(portable, window, FCL_KV_Q5_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 0, mma);
+        /* a shuffled paged cache, GQA decoding, TOKEN scales paged with it */
+        attention_run r = {.d = rows};
+        static const int32_t lens[3] = {290, 0, 37};
+        int32_t *table;
+        r.d.page_size = 16;
+        r.d.len_kv = 300;
+        r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
+        attention_paged_inputs(&r, lens, &table);
+        kv_recode(&r, KV_FROM_DATA);
+        kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
+        check_kv_both(portable, &r, mma);
+        kv_free_run(&r);
+        free(table);
+    }
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -554,6 +661,7 @@ int main(void)
         cmocka_unit_test(test_decode_nv_matches),
         cmocka_unit_test(test_decode_nv_features_match),
         cmocka_unit_test(test_gqa_decode_rows_match),
+        cmocka_unit_test(test_mma_kv_matches),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);

@@ -17,59 +17,6 @@ static const unsigned all_formats[] = {
     FCL_KV_Q5_0, FCL_KV_Q5_1, FCL_KV_IQ4_NL, FCL_KV_FP8_E4M3, FCL_KV_FP8_E5M2, FCL_KV_INT8};
 #define N_FORMATS (sizeof all_formats / sizeof all_formats[0])
 
-/* Replaces the float K and V the support builders made for r (contiguous rows of head_dim
- * elements) by the same rows in r->d's formats, filled as `fill` says. */
-static void recode_kv(attention_run *r, kv_fill fill)
-{
-    const fcl_attention_desc d = chk_attention_defaults(r->d);
-    const unsigned fk = chk_kv_format(d.format_k, d.dtype_kv), fv = chk_kv_format(d.format_v, d.dtype_kv);
-    const size_t rows = r->k_n / d.head_dim;
-    free((void *)r->io.k);
-    free((void *)r->io.v);
-    r->io.k = kv_tensor(fk, rows, d.head_dim, fill, support_rng());
-    r->io.v = kv_tensor(fv, rows, d.head_dim_v, fill, support_rng());
-    r->k_n = rows * chk_kv_row_units(fk, d.head_dim);
-    r->v_n = rows * chk_kv_row_units(fv, d.head_dim_v);
-}
-
-/* n distinct scales in [0.25, 2) (an indexing error changes the result), malloc'd. */
-static float *random_scales(size_t n)
-{
-    float *s = malloc((n ? n : 1) * sizeof(float));
-    assert_non_null(s);
-    for (size_t i = 0; i < n; i++)
-        s[i] = (float)(0.25 + 1.75 * chk_uniform(support_rng()));
-    return s;
-}
-
-/* Scales of mode for K (is_v 0) or V over r's rows (TOKEN: default strides, one a row of
- * the cache; HEAD: rows of heads_kv + 1 a sequence, a batch stride that is not heads_kv). */
-static void add_scales(attention_run *r, int is_v, fcl_kv_scale mode)
-{
-    const fcl_attention_desc d = chk_attention_defaults(r->d);
-    size_t n = 0;
-    if (mode == FCL_KV_SCALE_TENSOR)
-        *(is_v ? &r->d.v_scale : &r->d.k_scale) = is_v ? 0.625f : 1.375f;
-    if (mode == FCL_KV_SCALE_HEAD) {
-        *(is_v ? &r->d.v_scales_batch_stride : &r->d.k_scales_batch_stride) = d.heads_kv + 1;
-        n = d.batch * (d.heads_kv + 1);
-    }
-    if (mode == FCL_KV_SCALE_TOKEN)
-        n = r->k_n / chk_kv_row_units(chk_kv_format(d.format_k, d.dtype_kv), d.head_dim);
-    *(is_v ? &r->d.scale_mode_v : &r->d.scale_mode_k) = mode;
-    if (!n)
-        return;
-    *(is_v ? &r->io.v_scales : &r->io.k_scales) = random_scales(n);
-    *(is_v ? &r->vs_n : &r->ks_n) = n;
-}
-
-static void free_run(attention_run *r)
-{
-    free((void *)r->io.k_scales);
-    free((void *)r->io.v_scales);
-    attention_free_inputs(r);
-}
-
 /* One contiguous case: K in fk, V in fv, built by fill. */
 static void run_contiguous(fcl_attention_desc d, unsigned fk, unsigned fv, kv_fill fill)
 {
@@ -77,9 +24,9 @@ static void run_contiguous(fcl_attention_desc d, unsigned fk, unsigned fv, kv_fi
     r.d.format_k = (fcl_kv_format)fk;
     r.d.format_v = (fcl_kv_format)fv;
     attention_contiguous_inputs(&r);
-    recode_kv(&r, fill);
+    kv_recode(&r, fill);
     check_attention_run(&r);
-    free_run(&r);
+    kv_free_run(&r);
 }
 
 /* Every format for K and V alike, from data and from random bytes, prefill and decoding (GQA
@@ -141,11 +88,11 @@ static void test_scales(void **state)
                                      .format_k = (fcl_kv_format)cases[c].format,
                                      .format_v = (fcl_kv_format)cases[c].format}};
             attention_contiguous_inputs(&r);
-            recode_kv(&r, KV_FROM_DATA);
+            kv_recode(&r, KV_FROM_DATA);
             if (cases[c].format == FCL_KV_INT8) /* codes of +-127 times scales near 1/64 */
                 for (size_t i = 0; i < 2; i++) {
                     const size_t n = r.k_n / 64;
-                    float *s = random_scales(n);
+                    float *s = kv_random_scales(n);
                     for (size_t e = 0; e < n; e++)
                         s[e] /= 64.0f;
                     *(i ? &r.io.v_scales : &r.io.k_scales) = s;
@@ -153,9 +100,9 @@ static void test_scales(void **state)
                     *(i ? &r.d.scale_mode_v : &r.d.scale_mode_k) = FCL_KV_SCALE_TOKEN;
                 }
             else
-                add_scales(&r, 0, cases[c].k), add_scales(&r, 1, cases[c].v);
+                kv_add_scales(&r, 0, cases[c].k), kv_add_scales(&r, 1, cases[c].v);
             check_attention_run(&r);
-            free_run(&r);
+            kv_free_run(&r);
         }
 }
 
@@ -176,17 +123,17 @@ static void test_paged(void **state)
                                      .format_v = (fcl_kv_format)formats[(ps + 1) % 3]}};
             int32_t *table;
             attention_paged_inputs(&r, lens, &table);
-            recode_kv(&r, (kv_fill)(ps % 2));
-            add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
+            kv_recode(&r, (kv_fill)(ps % 2));
+            kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
             if (formats[ps] == FCL_KV_INT8) /* codes of +-127 times scales near 1/64 */
                 for (size_t e = 0; e < r.ks_n; e++)
                     ((float *)r.io.k_scales)[e] /= 64.0f;
             if (formats[(ps + 1) % 3] == FCL_KV_INT8)
-                add_scales(&r, 1, FCL_KV_SCALE_TENSOR), r.d.v_scale = 0.02f;
+                kv_add_scales(&r, 1, FCL_KV_SCALE_TENSOR), r.d.v_scale = 0.02f;
             check_attention_run(&r);
             r.d.kv_splits = 3;
             check_attention_run(&r);
-            free_run(&r);
+            kv_free_run(&r);
             free(table);
         }
 }
@@ -229,7 +176,7 @@ static void test_views(void **state)
     free((void *)m.io.v);
     m.io.v = NULL;
     m.v_n = m.k_n; /* recode_kv makes V; it is then dropped for the view of K */
-    recode_kv(&m, KV_FROM_DATA);
+    kv_recode(&m, KV_FROM_DATA);
     free((void *)m.io.v);
     m.io.v = m.io.k;
     m.v_n = m.k_n;
@@ -248,13 +195,13 @@ static void test_varlen_and_modifiers(void **state)
                              .head_dim = 64, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
                              .format_k = FCL_KV_FP8_E4M3, .format_v = FCL_KV_Q4_0}};
     attention_packed_inputs(&r, cu_q, cu_kv);
-    recode_kv(&r, KV_FROM_DATA);
+    kv_recode(&r, KV_FROM_DATA);
     r.ks_n = 40 * 2 + 3; /* [total][heads_kv] after 3 spare floats */
-    r.io.k_scales = random_scales(r.ks_n);
+    r.io.k_scales = kv_random_scales(r.ks_n);
     r.d.scale_mode_k = FCL_KV_SCALE_TOKEN;
     r.d.k_scales_view = (fcl_tensor_view){3, 0, 1, 2};
     check_attention_run(&r);
-    free_run(&r);
+    kv_free_run(&r);
 
     float slopes[8], sinks[8];
     fcl_alibi_slopes(8, 8.0f, slopes);
@@ -266,7 +213,7 @@ static void test_varlen_and_modifiers(void **state)
                                  .kv_splits = c >= 2 ? 4 : 0, .format_k = FCL_KV_Q8_0,
                                  .format_v = FCL_KV_FP8_E5M2}};
         attention_contiguous_inputs(&m);
-        recode_kv(&m, KV_RAW);
+        kv_recode(&m, KV_RAW);
         if (c == 0)
             m.d.softcap = 20.0f, m.io.alibi_slopes = slopes;
         if (c == 1)
@@ -289,7 +236,7 @@ static void test_extreme_block_scales(void **state)
         attention_run r = {.d = {.batch = 1, .heads_q = 2, .heads_kv = 1, .len_q = 3, .len_kv = 40,
                                  .head_dim = 32, .format_k = FCL_KV_Q8_0, .format_v = FCL_KV_Q4_1}};
         attention_contiguous_inputs(&r);
-        recode_kv(&r, KV_RAW);
+        kv_recode(&r, KV_RAW);
         unsigned char *k = (unsigned char *)r.io.k, *v = (unsigned char *)r.io.v;
         for (size_t row = 0; row < 40; row += 3) { /* every third row's d */
             k[row * 34] = (unsigned char)d_bits[c], k[row * 34 + 1] = (unsigned char)(d_bits[c] >> 8);
@@ -344,7 +291,7 @@ static void test_fp8_codes_and_nan(void **state)
                                  .k_scale = e5m2 ? 1.0f / 65536.0f : 1.0f / 256.0f,
                                  .v_scale = e5m2 ? 1.0f / 65536.0f : 1.0f / 256.0f}};
         attention_contiguous_inputs(&r);
-        recode_kv(&r, KV_RAW);
+        kv_recode(&r, KV_RAW);
         unsigned char *k = (unsigned char *)r.io.k, *v = (unsigned char *)r.io.v;
         const uint8_t nan_code = e5m2 ? 0x7d : 0x7f, inf_code = 0x7c;
         for (size_t e = 0; e < 64 * 32; e++) { /* every code, but NaN and infinity */
@@ -374,7 +321,7 @@ static void test_long_cache_split_kv(void **state)
                              .len_kv = support_small() ? 700 : 3000, .head_dim = 128,
                              .kv_splits = 7, .format_k = FCL_KV_Q8_0, .format_v = FCL_KV_Q4_0}};
     attention_contiguous_inputs(&r);
-    recode_kv(&r, KV_FROM_DATA);
+    kv_recode(&r, KV_FROM_DATA);
     check_attention_run(&r);
     attention_free_inputs(&r);
 }
@@ -397,7 +344,7 @@ static void test_bad_input(void **state)
     attention_run r = {.d = {.batch = 1, .heads_q = 2, .heads_kv = 1, .len_q = 2, .len_kv = 8,
                              .head_dim = 64, .format_k = FCL_KV_Q8_0, .format_v = FCL_KV_Q8_0}};
     attention_contiguous_inputs(&r);
-    recode_kv(&r, KV_RAW);
+    kv_recode(&r, KV_RAW);
     float out[2 * 2 * 64], scales[64] = {0};
     fcl_attention_host_io io = r.io;
     io.out = out;

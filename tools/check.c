@@ -454,12 +454,13 @@ chk_tolerance chk_attention_tolerance(const fcl_attention_desc *d)
      * 0.0041 off at 1.38 on the H100). */
     if (d->dtype_o == FCL_DTYPE_BF16)
         return (chk_tolerance){2e-2, 0.0, 1e-5};
-    /* K and V in a coded format (v0.3: the portable kernels decode them to float32): the
-     * contract's float32 rule for float32 q and out, 1e-5 with a half q or out. */
+    /* K and V in a coded format (v0.3): the contract's float32 rule for float32 q and out,
+     * 1e-5 with a half q or out; with bf16 q the tensor cores' p in bf16 adds 2^-8 relative,
+     * as below (a row of iq4_nl values near 1.56 was 0.0043 off on the H200). */
     if (kv_coded(d))
         return d->dtype_q == FCL_DTYPE_F32 && d->dtype_o == FCL_DTYPE_F32
                    ? (chk_tolerance){5e-5, 0.0, 1e-8}
-                   : (chk_tolerance){4e-3, 0.0, 1e-5};
+                   : (chk_tolerance){4e-3, d->dtype_q == FCL_DTYPE_BF16 ? 4e-3 : 0.0, 1e-5};
     if (d->dtype_q == FCL_DTYPE_BF16 || d->dtype_kv == FCL_DTYPE_BF16)
         return (chk_tolerance){4e-3, 4e-3, 1e-5};
     if (d->dtype_o == FCL_DTYPE_F16 || d->dtype_q != FCL_DTYPE_F32 || d->dtype_kv != FCL_DTYPE_F32)
