@@ -133,6 +133,38 @@ FCL_INLINE uint fa_mma_raw_chunk(ulong offset, ulong batch, ulong head, ulong to
     return any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : 4;
 }
 
+/* What values [col, col + 8) (col a multiple of 8) of a row of 4- or 5-bit ggml blocks
+ * (q4_0, q4_1, q5_0, q5_1, iq4_nl) are made of: the 8 bytes whose low (i < 16) or high
+ * nibbles (i, 0, 8, 16 or 24, the first value's place in its block) are their codes, the qh
+ * bits from bit i (0 without), the codes' bias (8, or 16 with a fifth bit), d, and m centred
+ * (q4_1, q5_1: d n + m as d (n - bias) + (m + bias d): small codes, so that a product's
+ * rounding is relative to what they add; else 0). */
+typedef struct {
+    uint w[2], h, bias;
+    float d, m;
+} fa_nibbles;
+
+FCL_INLINE fa_nibbles fa_nibble_block(__local const uchar *row, uint format, uint col)
+{
+    const uint i = col % 32;
+    uint blk = 18, qs = 2, qh = 0;
+    fa_nibbles n;
+    n.bias = 8;
+    if (format == FCL_KV_Q4_1)
+        blk = 20, qs = 4;
+    else if (format == FCL_KV_Q5_0)
+        blk = 22, qs = 6, qh = 2, n.bias = 16;
+    else if (format == FCL_KV_Q5_1)
+        blk = 24, qs = 8, qh = 4, n.bias = 16;
+    __local const uchar *b = row + col / 32 * blk;
+    n.w[0] = fa_raw_word(b, qs + i % 16), n.w[1] = fa_raw_word(b, qs + i % 16 + 4);
+    n.h = qh ? fa_raw_word(b, qh) >> i : 0;
+    n.d = fa_raw_half(b, 0);
+    n.m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 ? fma((float)n.bias, n.d, fa_raw_half(b, 2))
+                                                         : 0.0f;
+    return n;
+}
+
 /* Values [col, col + 8) of a row of a coded format (col a multiple of 8, so that they lie in
  * one ggml block) as d c + m: the codes c (small integers, exact in f16 and bf16) into x,
  * the block's factors into d and m (fp8, int8: c is the value, d 1 and m 0), read once, the
@@ -142,7 +174,6 @@ FCL_INLINE void fa_kv_codes8_local(float *x, float *d, float *m, __local const u
                                    uint format, uint col)
 {
     const uint i = col % 32; /* the first value's place in its block */
-    uint blk = 18, qs = 2, qh = 0, bias = 8;
     *d = 1.0f, *m = 0.0f;
     if (format >= FCL_KV_FP8_E4M3) { /* a byte a value */
         const uint w[2] = {fa_raw_word(row, col), fa_raw_word(row, col + 4)};
@@ -164,27 +195,14 @@ FCL_INLINE void fa_kv_codes8_local(float *x, float *d, float *m, __local const u
             x[e] = (float)(char)(w[e / 4] >> (8 * (e % 4)));
         return;
     }
-    /* 4- and 5-bit blocks: value i + e's code is the low nibble of qs[(i + e) % 16] for
-     * i < 16, else the high one (i is 0, 8, 16 or 24), and bit i + e of qh its fifth */
-    if (format == FCL_KV_Q4_1)
-        blk = 20, qs = 4;
-    else if (format == FCL_KV_Q5_0)
-        blk = 22, qs = 6, qh = 2, bias = 16;
-    else if (format == FCL_KV_Q5_1)
-        blk = 24, qs = 8, qh = 4, bias = 16;
-    __local const uchar *b = row + col / 32 * blk;
-    const uint w[2] = {fa_raw_word(b, qs + i % 16), fa_raw_word(b, qs + i % 16 + 4)};
-    const uint h = qh ? fa_raw_word(b, qh) >> i : 0;
-    *d = format >= FCL_KV_Q4_0 && format <= FCL_KV_IQ4_NL ? fa_raw_half(b, 0) : NAN;
-    /* q4_1 and q5_1's codes centred as q4_0's and q5_0's, d n + m as d (n - bias) + (m + bias
-     * d): small codes, so that a product's rounding is relative to what they add */
-    *m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 ? fma((float)bias, *d, fa_raw_half(b, 2))
-                                                        : 0.0f;
+    const fa_nibbles blk = fa_nibble_block(row, format, col); /* 4- and 5-bit blocks */
+    *d = format >= FCL_KV_Q4_0 && format <= FCL_KV_IQ4_NL ? blk.d : NAN;
+    *m = blk.m;
     #pragma unroll
     for (uint e = 0; e < 8; e++) {
-        const uint byte = w[e / 4] >> (8 * (e % 4));
-        const uint n = (i < 16 ? byte & 15u : (byte >> 4) & 15u) | ((h >> e) & 1u) << 4;
-        x[e] = format == FCL_KV_IQ4_NL ? fcl_iq4_nl_values[n] : (float)((int)n - (int)bias);
+        const uint byte = blk.w[e / 4] >> (8 * (e % 4));
+        const uint n = (i < 16 ? byte & 15u : (byte >> 4) & 15u) | ((blk.h >> e) & 1u) << 4;
+        x[e] = format == FCL_KV_IQ4_NL ? fcl_iq4_nl_values[n] : (float)((int)n - (int)blk.bias);
     }
 }
 
@@ -252,24 +270,14 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
                         : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
         }
     } else if (format >= FCL_KV_Q4_0 && format <= FCL_KV_Q5_1) {
-        uint blk = 18, qs = 2, qh = 0, bias = 0x64086408u; /* f16 1024 + bias, twice */
-        if (format == FCL_KV_Q4_1)
-            blk = 20, qs = 4;
-        else if (format == FCL_KV_Q5_0)
-            blk = 22, qs = 6, qh = 2, bias = 0x64106410u;
-        else if (format == FCL_KV_Q5_1)
-            blk = 24, qs = 8, qh = 4, bias = 0x64106410u;
-        __local const uchar *b = row + col / 32 * blk;
-        w[0] = fa_raw_word(b, qs + i % 16), w[1] = fa_raw_word(b, qs + i % 16 + 4);
-        const uint h = qh ? fa_raw_word(b, qh) >> i : 0;
-        *d = fa_raw_half(b, 0);
-        *m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 /* centred, as fa_kv_codes8_local */
-                 ? fma(qh ? 16.0f : 8.0f, *d, fa_raw_half(b, 2))
-                 : 0.0f;
+        const fa_nibbles blk = fa_nibble_block(row, format, col);
+        const uint bias = (0x6400u + blk.bias) * 0x10001u; /* f16 1024 + bias, twice */
+        *d = blk.d, *m = blk.m;
         #pragma unroll
         for (uint k = 0; k < 4; k++) {
-            uint n = (fa_prmt(w[k / 2], k % 2 ? 0x4342u : 0x4140u) >> (i < 16 ? 0 : 4)) & 0x000f000fu;
-            n |= ((h >> (2 * k)) & 1u) << 4 | ((h >> (2 * k + 1)) & 1u) << 20;
+            uint n = (fa_prmt(blk.w[k / 2], k % 2 ? 0x4342u : 0x4140u) >> (i < 16 ? 0 : 4)) &
+                     0x000f000fu;
+            n |= ((blk.h >> (2 * k)) & 1u) << 4 | ((blk.h >> (2 * k + 1)) & 1u) << 20;
             r[k] = fa_f16x2_sub(n | 0x64006400u, bias);
         }
     } else {
@@ -1102,7 +1110,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             if (p->flags & FA_FLAG_K_TOKEN_SCALES) { /* each key's own factor */
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
-                    FA_MMA_S(x) *= k_sc[at][kw * FA_MMA_WKEYS + x / 4 % FA_MMA_NKEYS * 8 + 2 * t + x % 2];
+                    FA_MMA_S(x) *= k_sc[at][FA_MMA_KEY(x) - k0];
             }
 #endif
             if (!last && !v_nonfinite) {
@@ -1189,7 +1197,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
                     FA_MMA_S(x) = FA_MMA_S(x) == 0.0f
                                       ? 0.0f
-                                      : FA_MMA_S(x) * v_sc[at][kw * FA_MMA_WKEYS + x / 4 % FA_MMA_NKEYS * 8 + 2 * t + x % 2];
+                                      : FA_MMA_S(x) * v_sc[at][FA_MMA_KEY(x) - k0];
             }
 #endif
 #if FA_MMA_KV
