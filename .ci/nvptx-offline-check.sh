@@ -1,8 +1,8 @@
 #!/bin/sh
 # NVIDIA offline compile check of the NVIDIA programs (cl/attention_mma_nv.cl, with its inline
-# PTX mma.sync, ldmatrix, cp.async and shfl.sync, cl/attention_decode_nv.cl and
-# cl/softmax_nv.cl): Debian's clang-15 compiles it for sm_80 (nvptx64-nvidia-nvcl, OpenCL's
-# NVIDIA target) with the assembler strings in place;
+# PTX mma.sync, ldmatrix, cp.async and shfl.sync, cl/attention_decode_nv.cl,
+# cl/attention_decode_kv_nv.cl and cl/softmax_nv.cl): Debian's clang-15 compiles it for sm_80
+# (nvptx64-nvidia-nvcl, OpenCL's NVIDIA target) with the assembler strings in place;
 # every kernel must come out, with no local-memory frame (a spilled fragment array would be
 # one) and its mma.sync instructions all unrolled. NVIDIA's own compiler (ptxas) runs on the
 # GPU machine: scripts/gpu-check.sh.
@@ -27,7 +27,8 @@ done
 status=0
 kernels="attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv_d128 attention_decode_nv_d128_all
   attention_decode_nv_d256 attention_decode_nv_d256_all
-  softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check"
+  softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check
+  attention_kvdec_d64 attention_kvdec_d128 attention_kvdec_d256"
 for t in f32 f16 bf16; do
   kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
 done

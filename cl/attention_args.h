@@ -118,5 +118,12 @@
 #define FA_DNV_KC 8            /* ... keys a row of lanes takes at once */
 /* ... keys a work-group takes a step: a row of head_dim / 8 lanes a key */
 #define FA_DNV_KEYS(d) (FA_DNV_LWS / ((d) / 8) * FA_DNV_KC)
+/* NVIDIA's 8-bit K/V decode kernel (attention_decode_kv_nv.cl): warps a work-group, chunks of
+ * K and V rows a warp holds in local memory (the one in use and those copied ahead: 2 at head
+ * dim 256, whose rows take the bytes of 3), 16 keys a chunk, query rows at most */
+#define FA_KVD_WARPS 2
+#define FA_KVD_STAGES(d) ((d) == 256 ? 2 : 3)
+#define FA_KVD_KEYS 16
+#define FA_KVD_ROWS 8
 
 #endif /* FLASHCL_ATTENTION_ARGS_H */

@@ -98,7 +98,8 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
     if (fcl_attention_gqa_rows(pr, run))
         s = plan_nvidia(ctx,
                         fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
-                                                    nv_rows_aligned(&run->params), l),
+                                                    nv_rows_aligned(&run->params),
+                                                    ctx->nv.kv_decode_on, l),
                         run, l, &taken);
     if (s != FCL_SUCCESS || taken)
         return s;

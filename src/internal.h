@@ -101,6 +101,10 @@ typedef struct fcl_nv_kernels {
     fcl_unit decode_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel mma[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel mma_rows[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
+    /* ... the 8-bit K/V decode kernel (cl/attention_decode_kv_nv.cl), in the f16 _kv unit,
+     * and whether the planner may take it (FLASHCL_TUNE=attention_kv_decode=0: no) */
+    cl_kernel kv_decode[FCL_MMA_BUCKETS];
+    int kv_decode_on;
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */
     cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -350,6 +354,7 @@ typedef struct fcl_tuning {
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     int kv_decode_calls;       /* K/V formats decoded by calls, not inline (FCL_KV_CALLS) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
+    int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
     char source[96];           /* which table entry, then what changed it (fcl_tuning_apply) */
 } fcl_tuning;
@@ -358,8 +363,8 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
 /* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
  * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
- * attention_mma=0|1, softmax_nv=0|1) to t and names where (FLASHCL_TUNE, options.tuning) in
- * t->source; NULL or "" changes nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a
+ * attention_mma=0|1, attention_kv_decode=0|1, softmax_nv=0|1) to t and names where
+ * (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a
  * sentence naming where (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
                             const char *where);
@@ -475,6 +480,7 @@ typedef struct fcl_attention_launch {
     size_t groups;    /* work-groups launched (each loops over tiles) */
     size_t work_group_size;
     int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the GQA build, GQA decoding as rows */
+    int kv_decode; /* ... on the 8-bit K/V decode kernel (attention_decode_kv_nv.cl) */
     int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
                       a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
@@ -502,9 +508,10 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
                            int rows_aligned, fcl_attention_launch *launch);
 /* The tensor-core launch of GQA decoding as rows of a kv head (d: fcl_attention_gqa_rows's),
- * on the kernel's GQA build, where that path takes d's shape; else 0. */
+ * on the 8-bit K/V decode kernel where kv_decode allows it and it takes d, else on the
+ * kernel's GQA build, where that path takes d's shape; else 0. */
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
-                                int rows_aligned, fcl_attention_launch *launch);
+                                int rows_aligned, int kv_decode, fcl_attention_launch *launch);
 
 /* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which

@@ -21,6 +21,7 @@ extern const char fcl_cl_attention_common[];
 extern const char fcl_cl_attention_mma_nv[];
 extern const char fcl_cl_mma_check_nv[];
 extern const char fcl_cl_attention_decode_nv[];
+extern const char fcl_cl_attention_decode_kv_nv[];
 extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
@@ -70,6 +71,13 @@ static char *mma_source(const nv_parts *p)
                 for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
                     if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv))
                         add_mma_build(&t, b, kind, rows, kv);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) /* the 8-bit K/V decode kernel, with f16's _kv */
+        if ((p->mma[1][b] >> FCL_MMA_F16) & 1)
+            fcl_text_add(&t, "#define FA_NAME kvdec_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                             "#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
+                             "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                         fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b), FA_FEATURES_KV,
+                         fcl_cl_attention_decode_kv_nv);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if ((p->decode[b] >> v) & 1)
@@ -168,6 +176,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     const nv_parts p = {.check = 1};
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
+    ctx->nv.kv_decode_on = tuning->attention_kv_decode;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
     fcl_status s = fcl_build_unit(ctx, &ctx->nv.check_unit, mma_source(&p));
@@ -279,9 +288,16 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
                                  fcl_plan_mma_shape(b, kind, rows, kv).warps * 32, &fits, why,
                                  sizeof why);
     }
+    if (s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16) {
+        snprintf(name, sizeof name, "attention_kvdec_d%zu", dim);
+        s = create_nv_kernel(ctx, u->program, name, &ctx->nv.kv_decode[b],
+                             (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
+    }
     if (s != FCL_SUCCESS || !fits) {
         fcl_release_kernel(&ctx->nv.mma[kv][b][kind]);
         fcl_release_kernel(&ctx->nv.mma_rows[kv][b][kind]);
+        if (kv && kind == FCL_MMA_F16)
+            fcl_release_kernel(&ctx->nv.kv_decode[b]);
     }
     snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
              kv ? " on K/V formats" : "", dim);
@@ -349,7 +365,8 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
         if (!ctx->nv.mma_unit[kv][b][l->mma_kind].state)
             s = build_mma(ctx, b, l->mma_kind, kv);
         if (ctx->nv.mma_unit[kv][b][l->mma_kind].state == 1)
-            *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][l->mma_kind];
+            *kernel = l->kv_decode ? ctx->nv.kv_decode[b]
+                                   : (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][l->mma_kind];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);
@@ -365,6 +382,7 @@ static void nv_release(fcl_context *ctx)
     fcl_release_unit(&ctx->nv.softmax_unit);
     fcl_release_unit(&ctx->nv.check_unit);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
+        fcl_release_kernel(&ctx->nv.kv_decode[b]);
         for (int k = 0; k < FCL_MMA_KINDS; k++)
             for (int kv = 0; kv <= 1; kv++) {
                 fcl_release_kernel(&ctx->nv.mma[kv][b][k]);

@@ -128,6 +128,7 @@ static const struct tune_key {
     {"attention_prefetch_items", TUNE_FETCH, offsetof(fcl_tuning, attention_prefetch_items)},
     {"attention_pv_vec", TUNE_SWITCH, offsetof(fcl_tuning, attention_pv_vec)},
     {"attention_mma", TUNE_SWITCH, offsetof(fcl_tuning, attention_mma)},
+    {"attention_kv_decode", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_decode)},
     {"softmax_nv", TUNE_SWITCH, offsetof(fcl_tuning, softmax_nv)},
     {"attention_group", TUNE_GROUP, offsetof(fcl_tuning, attention_group)},
     {"attention_tile", TUNE_TILE, offsetof(fcl_tuning, attention_tile)},
@@ -233,6 +234,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
     t->kv_decode_calls = e->kv_decode_calls;
     t->attention_mma = 1;
+    t->attention_kv_decode = 1;
     t->softmax_nv = 1;
     snprintf(t->source, sizeof t->source, "%s defaults", e->name);
 }
@@ -580,6 +582,12 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * splits 0.24 ms and 8 0.31. The portable decode kernel (float32's GQA decoding) 0.26-0.27
  * / 0.90-0.93 with 8, against 0.31-0.37 / 0.96-1.11 with 32. */
 #define FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 2 : 4)
+/* ... and of the 8-bit K/V decode kernel: its work-groups of 2 warps, 156 registers a lane and
+ * 32 KiB of local memory at head dim 128 (ptxas, H200), 6 to an SM (at 256, not measured, 4).
+ * Splits for a wave of 4 work-groups of 4 warps where 3 fitted left a second wave of 116: H200,
+ * B8 H32/8 q8_0 at 32K keys, 8 splits 0.504 ms, 6 splits 0.397, 24 and 48 0.428 and 0.442;
+ * 2 warps with 3 chunks each then 0.379 (12 splits), and B8 H32 1.40 ms (4 warps: 1.79). */
+#define FCL_KV_DECODE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 4 : 6)
 /* The portable decode kernel takes one wave only where that leaves this many splits: with
  * 2 (B8 H32 multi-head) it ran up to 1.8x slower than with 8. Measured on NVIDIA alone, so
  * other GPUs keep many short splits. */
@@ -885,11 +893,12 @@ static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size
 /* A launch of path with blocks of bq queries and bk keys: the key splits that fill the
  * device (within the scratch memory and the loop cap) and the work-groups. decode: a step
  * holds one query row (or a GQA group's rows): many short key splits fill the device, or one
- * wave of longer ones (FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU), and the portable decode kernel
- * takes GQA groups together. */
+ * wave of longer ones (wave_per_cu work-groups a compute unit, 0: FCL_ATTENTION_ONE_WAVE_
+ * GROUPS_PER_CU), and the portable decode kernel takes GQA groups together. */
 static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_desc *d,
                               fcl_attention_path path, int decode, int bucket, size_t bq,
-                              size_t bk, size_t work_group_size, fcl_attention_launch *launch)
+                              size_t bk, size_t work_group_size, size_t wave_per_cu,
+                              fcl_attention_launch *launch)
 {
     const int one_query = path == FCL_ATTENTION_PATH_ROWS && decode;
     size_t heads_step = path == FCL_ATTENTION_PATH_DECODE || one_query
@@ -900,7 +909,8 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
         bq /= heads_step; /* the rows kernel's lanes: bq / heads_step queries of each head */
     size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
-    const size_t wave = (size_t)info->compute_units * FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket);
+    const size_t wave = (size_t)info->compute_units *
+                        (wave_per_cu ? wave_per_cu : FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket));
     const int one_wave = (path == FCL_ATTENTION_PATH_MMA && decode) || /* GQA rows */
                          (path == FCL_ATTENTION_PATH_DECODE && info->nv_compute_capability &&
                           work && wave / work >= FCL_ATTENTION_ONE_WAVE_MIN_SPLITS);
@@ -924,7 +934,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
 
     launch->bucket = bucket;
     launch->path = path;
-    launch->gqa_rows = 0;
+    launch->gqa_rows = launch->kv_decode = 0;
     launch->one_query = one_query;
     /* the coded build (FA_FLAG_KV) decodes every format in its float32 slot */
     launch->dtype_kv = fcl_attention_kv_coded(d) ? FCL_DTYPE_F32 : d->dtype_kv;
@@ -992,7 +1002,7 @@ fcl_status fcl_plan_attention_avoiding(const fcl_device_info *info, const fcl_at
                        path == FCL_ATTENTION_PATH_ROWS     ? 1
                        : path == FCL_ATTENTION_PATH_DECODE ? FA_DEC_LWS
                                                            : tile->work_group_size,
-                       launch);
+                       0, launch);
 }
 
 /* The tile kernel's builds: every feature set, but K/V formats only up to head dim 128. At
@@ -1122,17 +1132,42 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, fcl_attention_kv_coded(d));
     if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
                     sh.warps / sh.key_warps * 16 * sh.row_tiles,
-                    sh.block_kv, sh.warps * 32, launch) != FCL_SUCCESS)
+                    sh.block_kv, sh.warps * 32, 0, launch) != FCL_SUCCESS)
         return 0;
     launch->gqa_rows = gqa_rows;
     launch->mma_kind = kind;
     return 1;
 }
 
-int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
-                                int rows_aligned, fcl_attention_launch *launch)
+/* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 q, K and V each in
+ * q8_0, int8 or fp8, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
+static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
 {
-    return plan_tensor_cores(info, d, nvidia_bucket(info, d, rows_aligned), 1, launch);
+    const size_t dim = fcl_attention_bucket_dim(bucket);
+    for (int v = 0; v <= 1; v++) {
+        const fcl_kv_format f = v ? d->format_v : d->format_k;
+        if (f != FCL_KV_Q8_0 && f != FCL_KV_INT8 && f != FCL_KV_FP8_E4M3 && f != FCL_KV_FP8_E5M2)
+            return 0;
+    }
+    return d->dtype_q == FCL_DTYPE_F16 && d->head_dim == dim && d->head_dim_v == dim &&
+           d->len_q <= FA_KVD_ROWS;
+}
+
+int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
+                                int rows_aligned, int kv_decode, fcl_attention_launch *launch)
+{
+    const int bucket = nvidia_bucket(info, d, rows_aligned);
+    if (bucket >= 0 && kv_decode && fcl_attention_kv_coded(d) && kv_decode_takes(d, bucket)) {
+        const size_t warps = FA_KVD_WARPS;
+        if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, 1, bucket, FA_KVD_ROWS,
+                        warps * FA_KVD_KEYS, warps * 32,
+                        FCL_KV_DECODE_GROUPS_PER_CU(bucket), launch) != FCL_SUCCESS)
+            return 0;
+        launch->gqa_rows = launch->kv_decode = 1;
+        launch->mma_kind = FCL_MMA_F16;
+        return 1;
+    }
+    return plan_tensor_cores(info, d, bucket, 1, launch);
 }
 
 int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc *d,
@@ -1150,7 +1185,7 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
      * ran slower than the portable kernel, docs/PERFORMANCE.md). */
     return shared_heads_step(d, FA_DEC_HEADS) == 1 &&
            plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, 1, bucket, 1,
-                       FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS,
+                       FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS, 0,
                        launch) == FCL_SUCCESS;
 }
 

@@ -540,6 +540,17 @@ static void test_mma_kv_matches(void **state)
         /* a coded K or V beside one of q's type (copied as it is), any scale */
         check_kv_case(portable, prefill, FCL_KV_Q8_0, half, KV_FROM_DATA, none, tensor, 0, mma);
         check_kv_case(portable, rows, half, FCL_KV_Q4_0, KV_RAW, FCL_KV_SCALE_TOKEN, none, 0, mma);
+        /* GQA rows of 8-bit K and V at head dim 128 (the 8-bit decode kernel where f16 q):
+         * softcap and a split; NaN and infinite V codes */
+        fcl_attention_desc rows128 = rows;
+        rows128.head_dim = 128, rows128.softcap = 20.0f, rows128.kv_splits = 2;
+        check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_RAW, none, none, 0, mma);
+        check_kv_case(portable, rows128, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA,
+                      FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
+        check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none,
+                      none, 1, mma);
+        check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none,
+                      tensor, 1, mma);
         /* NaN and infinite V codes where causality hides their key from some queries */
         fcl_attention_desc hidden = prefill;
         hidden.len_q = hidden.len_kv = 64;

@@ -713,19 +713,36 @@ static void test_mma_path_rules(void **state)
      * and key splits that make one wave of work-groups (4 a compute unit at head dim 64). */
     fcl_attention_desc rows = decode;
     rows.heads_q = 2, rows.dtype_q = rows.dtype_kv = FCL_DTYPE_BF16;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
     assert_true(l.path == FCL_ATTENTION_PATH_MMA && l.gqa_rows && l.block_q == 16 &&
                 l.block_kv == 64 && l.work_group_size == 64);
     fcl_attention_desc engine = rows; /* B8 H32/8 at 8K keys, as rows: 64 steps */
     engine.batch = 8, engine.heads_q = engine.heads_kv = 8, engine.len_kv = 8192;
     engine.head_dim = engine.head_dim_v = 128;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, 1, &l));
     assert_true(l.work == 64 && l.splits == 8); /* 132 * 4 / 64 rounded down, not 32 */
+    /* K/V in 8-bit formats with f16 q: the 8-bit decode kernel (8 rows, 16 keys a warp, 2
+     * warps, one wave of 6 work-groups a compute unit); switched off, or K in a 4-bit format,
+     * the _kv build's rows */
+    fcl_attention_desc coded = engine;
+    coded.dtype_q = coded.dtype_kv = FCL_DTYPE_F16;
+    coded.format_k = FCL_KV_Q8_0, coded.format_v = FCL_KV_FP8_E4M3;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l));
+    assert_true(l.kv_decode && l.gqa_rows && l.block_q == 8 && l.block_kv == 32 &&
+                l.work_group_size == 64 && l.mma_kind == FCL_MMA_F16 && l.splits == 12);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l));
+    assert_true(!l.kv_decode && l.gqa_rows && l.block_q == 16);
+    coded.format_k = FCL_KV_Q4_0;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
+    coded.format_k = FCL_KV_INT8, coded.head_dim = coded.head_dim_v = 96; /* not the bucket's */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
+    coded.head_dim = coded.head_dim_v = 128, coded.len_q = 9; /* more rows than 8 */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
     rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
     rows.dtype_kv = FCL_DTYPE_F16; /* mixed storage */
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, &l));
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
 }
 
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */

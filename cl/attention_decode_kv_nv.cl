@@ -1,0 +1,469 @@
+/* Decoding from 8-bit K/V caches on NVIDIA's tensor cores: GQA rows (fcl_attention_gqa_rows:
+ * up to 8 query rows of one kv head, len_q 1) of f16 q over K and V each in q8_0, int8, fp8
+ * E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the tensor-core
+ * kernel's _kv builds, which serve every other coded call (and are its reference with the
+ * portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
+ * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
+ *   FA_NAME     kernel name suffix (kvdec_d128)
+ *   FA_D        head_dim and head_dim_v (64, 128 or 256)
+ *   FA_FEATURES the features compiled in (FA_FEATURES_KV)
+ *
+ * The _kv builds decode each tile in local memory between work-group barriers, so that the
+ * loads, the decoding and the products of a tile take turns (docs/PERFORMANCE.md). Here each
+ * warp takes chunks of 16 keys on its own, with no barrier in the loop: its lanes copy the K
+ * and V bytes of the chunks ahead (FA_KVD_STAGES - 1 of them) into the warp's own local memory
+ * by cp.async while this chunk's codes are read from there straight into mma fragments, exact
+ * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
+ *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
+ *       dims 32b + 8t + 4h .. + 3 from lane t, so that each k-step lies in one 32-dim block
+ *       (ggml's q8_0 d applied per block in float32) and a lane reads 4 bytes a k-step;
+ *   O^T = V^T P^T (V's codes as A, P as B, the rows as the 8 columns): m-tile 2b + h takes
+ *       dims 32b + 4g + 2h (its row g) and + 1 (row g + 8) from lane g, so that a lane reads
+ *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (q8_0's d joins P)
+ *       and P's B fragment is the scores' accumulator as it stands.
+ * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
+ * local memory, as attention_decode_nv.cl does. */
+#define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
+#define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
+#define FA_KVD_BLOCKS (FA_D / 32)
+#define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
+/* Bytes a staged row: at least q8_0's D / 32 * 34, and 32 more than a multiple of 128, so
+ * that the 8 rows and 4 lanes of a K read fall in distinct banks. */
+#define FA_KVD_STRIDE (FA_D == 256 ? 288 : 160)
+#define FA_KVD_CHUNK (FA_KVD_KEYS * FA_KVD_STRIDE)
+#if FA_KVD_W * FA_KVD_S * 2 * FA_KVD_CHUNK > 48 * 1024 - 4096 || FA_D % 32
+#error "the 8-bit decode kernel's local memory does not fit"
+#endif
+
+#ifndef FA_KVD_HELPERS
+#define FA_KVD_HELPERS
+FCL_INLINE void fa_kvd_sync_warp(void) { __asm__ volatile("bar.warp.sync 0xffffffff;" ::: "memory"); }
+
+/* Waits for this lane's copies but the last 1 or 2 committed groups (a constant of the PTX). */
+FCL_INLINE void fa_kvd_wait_but1(void) { __asm__ volatile("cp.async.wait_group 1;" ::: "memory"); }
+FCL_INLINE void fa_kvd_wait_but2(void) { __asm__ volatile("cp.async.wait_group 2;" ::: "memory"); }
+
+/* Whether x is not 0 in some lane of the warp (every lane must take part). */
+FCL_INLINE int fa_kvd_any(uint x)
+{
+    uint r;
+    __asm__ volatile("{.reg .pred p, q;\n\tsetp.ne.u32 p, %1, 0;\n\t"
+                     "vote.sync.any.pred q, p, 0xffffffff;\n\tselp.u32 %0, 1, 0, q;}"
+                     : "=r"(r)
+                     : "r"(x));
+    return (int)r;
+}
+
+/* Bytes of a and b (4-7) picked by a prmt selector. */
+FCL_INLINE uint fa_prmt2(uint a, uint b, uint selector)
+{
+    uint r;
+    __asm__("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+    return r;
+}
+
+/* The 4 bytes at byte `at` (even) of a staged row (4-byte aligned). */
+FCL_INLINE uint fa_kvd_word(__local const uchar *row, uint at)
+{
+    __local const uint *w = (__local const uint *)(row + (at & ~3u));
+    return at % 4 ? (w[0] >> 16) | (w[1] << 16) : w[0];
+}
+
+/* Two byte codes, bytes 0 and 2 of x, as an f16 pair (exact; the other bytes are ignored):
+ * fa_kv_codes8_fast_f16's conversions. An E4M3 NaN code (0x7f, 0xff) comes out finite here:
+ * fa_kvd_nan_e4m3 marks it. */
+FCL_INLINE uint fa_kvd_pair(uint x, uint format)
+{
+    if (format == FCL_KV_FP8_E5M2)
+        return (x << 8) & 0xff00ff00u;
+    if (format == FCL_KV_FP8_E4M3) {
+        const uint t = (x << 8) & 0xff00ff00u;
+        return fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
+    }
+    return fa_f16x2_sub(((x & 0x00ff00ffu) ^ 0x00800080u) | 0x64006400u, 0x64806480u);
+}
+
+/* The pair with f16 NaN where bytes 0 and 2 of x are E4M3 NaN codes (its exponent all ones). */
+FCL_INLINE uint fa_kvd_nan_e4m3(uint pair, uint x)
+{
+    const uint lo = (x & 0x7fu) == 0x7fu ? 0x7e00u : 0u;
+    const uint hi = (x & 0x7f0000u) == 0x7f0000u ? 0x7e000000u : 0u;
+    return pair | lo | hi;
+}
+
+/* The byte codes of w that are fp8 NaN or infinite, as bits (0 for other formats). */
+FCL_INLINE uint fa_kvd_nonfinite(uint w, uint format)
+{
+    const int e5m2 = format == FCL_KV_FP8_E5M2;
+    const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
+    return format == FCL_KV_FP8_E4M3 || e5m2 ? ((w & top) + one) & 0x80808080u : 0u;
+}
+
+/* The byte of a row where value in_block of its 32-value block `block` is: q8_0 blocks of 34
+ * bytes (a 2-byte d, then 32 codes), or a byte a value. */
+FCL_INLINE uint fa_kvd_at(uint format, uint block, uint in_block)
+{
+    return format == FCL_KV_Q8_0 ? block * 34 + 2 + in_block : block * 32 + in_block;
+}
+
+/* A q8_0 row's d of a block. */
+FCL_INLINE float fa_kvd_d(__local const uchar *row, uint block)
+{
+    return vload_half(0, (__local const half *)(row + block * 34));
+}
+#endif /* FA_KVD_HELPERS */
+
+/* Copies chunk kb's K and V rows' bytes (rows of rb_k and rb_v bytes, chunk_k and chunk_v
+ * bytes a copy) into k_dst and v_dst, and their TOKEN scales into sc ([0] K's, [1] V's);
+ * rows at or past the split's end become zeros (codes 0) with scale 0. row_at: the warp's 32
+ * row starts (lanes 0-15 K's, 16-31 V's). */
+FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uchar *v_dst,
+                                              __local float (*sc)[FA_KVD_KEYS],
+                                              __local ulong *row_at, const fa_params *p,
+                                              const fa_io *io, const fa_work *w, ulong kb,
+                                              uint rb_k, uint rb_v, uint chunk_k, uint chunk_v,
+                                              uint lane)
+{
+    const uint r = lane % FA_KVD_KEYS;
+    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
+    fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read row_at */
+    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
+    row_at[lane] = fa_row_at(v ? &w->s.v : &w->s.k, at);
+    if (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES))
+        sc[v][r] = live ? fa_kv_row_scale(p, io, &w->s, v, at) : 0.0f;
+    fa_kvd_sync_warp();
+    #pragma unroll
+    for (uint tensor = 0; tensor < 2; tensor++) {
+        const uint rb = tensor ? rb_v : rb_k, chunk = tensor ? chunk_v : chunk_k;
+        __global const uchar *src = (__global const uchar *)(tensor ? io->v : io->k);
+        __local uchar *dst = tensor ? v_dst : k_dst;
+        /* pieces lane, lane + 32, ... of 16 rows of per_row pieces: (row, col) stepped, not
+         * divided, a piece */
+        const uint per_row = rb >> (chunk == 16 ? 4 : chunk == 8 ? 3 : 2);
+        const uint rows_step = 32 / per_row, cols_step = 32 - rows_step * per_row;
+        uint row = lane / per_row, col = lane - row * per_row;
+        while (row < FA_KVD_KEYS) {
+            const int inside = kb + row < w->kv_end;
+            const uint at = col * chunk;
+            __global const uchar *from = inside ? src + row_at[tensor * FA_KVD_KEYS + row] + at : src;
+            __local uchar *to = dst + row * FA_KVD_STRIDE + at;
+            const uint bytes = inside ? chunk : 0;
+            if (chunk == 16)
+                fa_mma_copy16(to, from, bytes);
+            else if (chunk == 8)
+                fa_mma_copy8(to, from, bytes);
+            else
+                fa_mma_copy4(to, from, bytes);
+            row += rows_step, col += cols_step;
+            if (col >= per_row)
+                row++, col -= per_row;
+        }
+    }
+}
+
+/* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
+ * and + 1 (elements 0, 1; 2 and 3 are the zero rows'). format: K's, a constant of each call
+ * site. q8_0: each block's part times its keys' d. */
+FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[2],
+                                               __local const uchar *k_rows, uint format, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint nb = 0; nb < 2; nb++) {
+        __local const uchar *row = k_rows + (nb * 8 + g) * FA_KVD_STRIDE;
+        s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+        #pragma unroll
+        for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
+            float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            #pragma unroll
+            for (uint h = 0; h < 2; h++) {
+                const uint x = fa_kvd_word(row + 8 * t, fa_kvd_at(format, b, 4 * h));
+                const uint lo = fa_prmt(x, 0x4140u), hi = fa_prmt(x, 0x4342u); /* codes 0, 1 and 2, 3 */
+                uint b0 = fa_kvd_pair(lo, format), b1 = fa_kvd_pair(hi, format);
+                if (format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
+                    b0 = fa_kvd_nan_e4m3(b0, lo);
+                    b1 = fa_kvd_nan_e4m3(b1, hi);
+                }
+                const uint a[4] = {qa[2 * b + h][0], 0u, qa[2 * b + h][1], 0u};
+                if (format == FCL_KV_Q8_0)
+                    fa_mma_f16(part, a, b0, b1);
+                else
+                    fa_mma_f16(s[nb], a, b0, b1);
+            }
+            if (format == FCL_KV_Q8_0) {
+                __local const uchar *mine = k_rows + (nb * 8 + 2 * t) * FA_KVD_STRIDE;
+                s[nb][0] = fma(part[0], fa_kvd_d(mine, b), s[nb][0]);
+                s[nb][1] = fma(part[1], fa_kvd_d(mine + FA_KVD_STRIDE, b), s[nb][1]);
+            }
+        }
+    }
+}
+
+/* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
+ * times V's TOKEN scale (0 stays 0). format: V's, a constant of each call site. Returns 0,
+ * and adds nothing, where the chunk's V holds a NaN or infinite fp8 code (the caller takes
+ * fa_kvd_add_slowly); every lane of the warp must take part. */
+FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*pw)[2],
+                                                  __local const uchar *v_rows, uint format,
+                                                  uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    /* this lane's keys 2t, 2t + 1, 2t + 8, 2t + 9: dims 32b + 4g .. + 3 of each block b */
+    uint x[FA_KVD_BLOCKS][4], bad = 0;
+    #pragma unroll
+    for (uint b = 0; b < FA_KVD_BLOCKS; b++)
+        #pragma unroll
+        for (uint k = 0; k < 4; k++) {
+            __local const uchar *row = v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE;
+            x[b][k] = fa_kvd_word(row + 4 * g, fa_kvd_at(format, b, 0));
+            bad |= fa_kvd_nonfinite(x[b][k], format);
+        }
+    if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
+        return 0;
+    uint bf[2] = {fcl_nv_pack_f16(pw[0][0], pw[0][1]), fcl_nv_pack_f16(pw[1][0], pw[1][1])};
+    #pragma unroll
+    for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
+        if (format == FCL_KV_Q8_0) { /* P times each key's d of this block */
+            float d[4];
+            #pragma unroll
+            for (uint k = 0; k < 4; k++)
+                d[k] = fa_kvd_d(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE, b);
+            bf[0] = fcl_nv_pack_f16(pw[0][0] * d[0], pw[0][1] * d[1]);
+            bf[1] = fcl_nv_pack_f16(pw[1][0] * d[2], pw[1][1] * d[3]);
+        }
+        #pragma unroll
+        for (uint h = 0; h < 2; h++) {
+            /* a0: dim 32b + 4g + 2h of keys 2t, 2t + 1; a1: the next dim; a2, a3: keys + 8 */
+            uint a[4];
+            #pragma unroll
+            for (uint i = 0; i < 4; i++) {
+                const uint e = 2 * h + i % 2, k = i / 2 * 2;
+                a[i] = fa_kvd_pair(fa_prmt2(x[b][k], x[b][k + 1], e | e << 4 | (4 + e) << 8 | (4 + e) << 12),
+                                   format);
+            }
+            fa_mma_f16(o[2 * b + h], a, bf[0], bf[1]);
+        }
+    }
+    return 1;
+}
+
+/* The slow path of a chunk whose V holds NaN or infinite fp8 codes: o += weights times
+ * values in float32, each key where its weight is not 0 (so that a key without weight adds
+ * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them). */
+FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const float (*weights)[FA_KVD_KEYS],
+                                                   __local const uchar *v_rows, uint format,
+                                                   uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    for (uint k = 0; k < FA_KVD_KEYS; k++) {
+        const float w0 = weights[2 * t][k], w1 = weights[2 * t + 1][k];
+        #pragma unroll
+        for (uint mt = 0; mt < FA_KVD_MT; mt++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++) {
+                const uint c = v_rows[k * FA_KVD_STRIDE + (mt / 2) * 32 + 4 * g + 2 * (mt % 2) + e];
+                const float x = format == FCL_KV_FP8_E5M2 ? fcl_fp8_e5m2_value(c) : fcl_fp8_e4m3_value(c);
+                o[mt][2 * e] += w0 != 0.0f ? w0 * x : 0.0f;
+                o[mt][2 * e + 1] += w1 != 0.0f ? w1 * x : 0.0f;
+            }
+    }
+}
+
+/* One chunk's scores for K of each format: a switch, so that each call site's format is a
+ * constant. */
+#define FA_KVD_SCORES(fmt) FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, k_rows, fmt, lane)
+#define FA_KVD_ACCUMULATE(fmt) FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, fmt, lane)
+
+__kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
+void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
+{
+    FA_GATHER_ARGS;
+    /* [warp][chunk][K, V]: the chunk in use and the next; after the loop, the warps' o */
+    __local uchar stage[FA_KVD_W][FA_KVD_S][2][FA_KVD_CHUNK] __attribute__((aligned(16)));
+    __local ulong row_at[FA_KVD_W][32];
+    __local float token_sc[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
+    __local float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
+    __local float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
+    __local float (*part_o)[FA_KVD_ROWS][FA_D] = (__local float (*)[FA_KVD_ROWS][FA_D])stage;
+    const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
+    const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
+    const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
+    const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
+    const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
+    const uint fk = p->format_k, fv = p->format_v;
+
+    for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
+        const fa_work w = fa_locate(p, io, step, FA_KVD_ROWS, 1);
+        if (w.q0 >= w.s.len_q)
+            continue; /* the whole group takes the same step: no barrier is skipped by some */
+        const ulong qi = w.q0 + g; /* this lane's row of q and of the scores */
+        const float qk_scale = p->q_scale * w.s.k_scale;
+        const int scale_in_c = !(p->flags & FA_FLAG_SOFTCAP) && qk_scale > 0.0f;
+        const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
+
+        /* q's A fragments: k-step 2b + h holds dims 32b + 8t + 4h .. + 3 of row g */
+        uint qa[FA_KVD_MT][2];
+        {
+            const int inside = qi < w.s.len_q;
+            __global const ushort *q_row = (__global const ushort *)io->q + (inside ? fa_row(p, io, &w.s.q, qi) : 0);
+            #pragma unroll
+            for (uint ks = 0; ks < FA_KVD_MT; ks++)
+                #pragma unroll
+                for (uint i = 0; i < 2; i++) {
+                    const uint d = ks / 2 * 32 + 8 * t + 4 * (ks % 2) + 2 * i;
+                    qa[ks][i] = inside ? q_row[d] | (uint)q_row[d + 1] << 16 : 0u;
+                }
+        }
+
+        float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
+        float o[FA_KVD_MT][4];
+        #pragma unroll
+        for (uint mt = 0; mt < FA_KVD_MT; mt++)
+            o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
+
+        const ulong stride = (ulong)FA_KVD_W * FA_KVD_KEYS;
+        ulong kb = w.kv_begin + warp * FA_KVD_KEYS;
+        /* chunk i in buffer i % FA_KVD_S, copied FA_KVD_S - 1 chunks ahead */
+        uint buf = 0;
+        #pragma unroll
+        for (uint i = 0; i + 1 < FA_KVD_S; i++) {
+            if (kb + i * stride < w.kv_end)
+                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][i][0], stage[warp][i][1], token_sc[warp][i],
+                                               row_at[warp], p, io, &w, kb + i * stride, rb_k, rb_v,
+                                               chunk_k, chunk_v, lane);
+            fa_mma_copies_commit();
+        }
+        for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
+            const ulong ahead = kb + (FA_KVD_S - 1) * stride;
+            const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
+            if (ahead < w.kv_end)
+                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][ahead_buf][0], stage[warp][ahead_buf][1],
+                                               token_sc[warp][ahead_buf], row_at[warp], p, io, &w,
+                                               ahead, rb_k, rb_v, chunk_k, chunk_v, lane);
+            fa_mma_copies_commit();
+#if FA_KVD_S == 3 /* this chunk's bytes are in */
+            fa_kvd_wait_but2();
+#else
+            fa_kvd_wait_but1();
+#endif
+            fa_kvd_sync_warp();
+            __local const uchar *k_rows = stage[warp][buf][0], *v_rows = stage[warp][buf][1];
+
+            float s[2][4];
+            if (fk == FCL_KV_Q8_0)
+                FA_KVD_SCORES(FCL_KV_Q8_0);
+            else if (fk == FCL_KV_INT8)
+                FA_KVD_SCORES(FCL_KV_INT8);
+            else if (fk == FCL_KV_FP8_E4M3)
+                FA_KVD_SCORES(FCL_KV_FP8_E4M3);
+            else
+                FA_KVD_SCORES(FCL_KV_FP8_E5M2);
+
+            /* scores of row g, keys 8 nb + 2t + e: K's TOKEN scale, q's scale, softcap, and
+             * -inf past the split's end; then the online softmax (docs/ALGORITHMS.md) */
+            float x[2][2], top = -INFINITY;
+            #pragma unroll
+            for (uint nb = 0; nb < 2; nb++)
+                #pragma unroll
+                for (uint e = 0; e < 2; e++) {
+                    const uint key = nb * 8 + 2 * t + e;
+                    float v = s[nb][e];
+                    if (p->flags & FA_FLAG_K_TOKEN_SCALES)
+                        v *= token_sc[warp][buf][0][key];
+                    if (!scale_in_c)
+                        v *= qk_scale;
+                    if (p->flags & FA_FLAG_SOFTCAP)
+                        v = fa_softcap(p->softcap, v);
+                    x[nb][e] = kb + key < w.kv_end ? v : -INFINITY;
+                    top = fmax(top, x[nb][e]);
+                }
+            top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+            top = fmax(top, fcl_nv_shuffle_xor(top, 2));
+            const float m_new = fmax(m, top * c);
+            const float alpha = m_new == -INFINITY ? 1.0f : fa_mma_exp2(m - m_new);
+            const float under = m_new == -INFINITY ? 0.0f : m_new;
+            m = m_new;
+            float pw[2][2];
+            l *= alpha;
+            #pragma unroll
+            for (uint nb = 0; nb < 2; nb++)
+                #pragma unroll
+                for (uint e = 0; e < 2; e++) {
+                    pw[nb][e] = fa_mma_exp2(fma(x[nb][e], c, -under));
+                    l += pw[nb][e];
+                    if (p->flags & FA_FLAG_V_TOKEN_SCALES) {
+                        const float f = token_sc[warp][buf][1][nb * 8 + 2 * t + e];
+                        pw[nb][e] = pw[nb][e] == 0.0f ? 0.0f : pw[nb][e] * f;
+                    }
+                }
+            /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4 */
+            const float a0 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t));
+            const float a1 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t + 4));
+            #pragma unroll
+            for (uint mt = 0; mt < FA_KVD_MT; mt++) {
+                o[mt][0] *= a0, o[mt][2] *= a0;
+                o[mt][1] *= a1, o[mt][3] *= a1;
+            }
+            int fast = 1;
+            if (fv == FCL_KV_Q8_0)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_Q8_0);
+            else if (fv == FCL_KV_INT8)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_INT8);
+            else if (fv == FCL_KV_FP8_E4M3)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_FP8_E4M3);
+            else
+                fast = FA_KVD_ACCUMULATE(FCL_KV_FP8_E5M2);
+            if (!fast) {
+                #pragma unroll
+                for (uint nb = 0; nb < 2; nb++)
+                    #pragma unroll
+                    for (uint e = 0; e < 2; e++)
+                        slow_w[warp][g][nb * 8 + 2 * t + e] = pw[nb][e];
+                fa_kvd_sync_warp();
+                FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w[warp], v_rows, fv, lane);
+            }
+            fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
+        }
+        fa_mma_copies_wait();
+
+        /* The warps' states merged: row g's (m, l) from its lanes, o through local memory,
+         * then one work-item an element of the rows rescales them to the largest m. */
+        l += fcl_nv_shuffle_xor(l, 1);
+        l += fcl_nv_shuffle_xor(l, 2);
+        barrier(CLK_LOCAL_MEM_FENCE); /* every warp is done with its chunks: part_o is free */
+        if (t == 0)
+            part_m[warp][g] = m, part_l[warp][g] = l;
+        #pragma unroll
+        for (uint mt = 0; mt < FA_KVD_MT; mt++)
+            #pragma unroll
+            for (uint e = 0; e < 4; e++)
+                part_o[warp][2 * t + e % 2][mt / 2 * 32 + 4 * g + 2 * (mt % 2) + e / 2] = o[mt][e];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const ulong rows = min((ulong)FA_KVD_ROWS, w.s.len_q - w.q0);
+        for (uint i = lid; i < rows * FA_D; i += FA_KVD_W * 32) {
+            const uint r = i / FA_D, d = i % FA_D;
+            float m_all = -INFINITY, l_all = 0.0f, o_all = 0.0f;
+            for (uint k = 0; k < FA_KVD_W; k++)
+                m_all = fmax(m_all, part_m[k][r]);
+            for (uint k = 0; k < FA_KVD_W; k++) {
+                const float f = part_m[k][r] == -INFINITY ? 0.0f : fa_mma_exp2(part_m[k][r] - m_all);
+                l_all = fma(part_l[k][r], f, l_all);
+                o_all = fma(part_o[k][r][d], f, o_all);
+            }
+            /* V's factor (TENSOR, HEAD) where a key has weight: a row that weighs none is 0 */
+            const float v_factor = l_all != 0.0f ? w.s.v_scale : 1.0f;
+            const fa_dest dst = fa_finish_row(p, io, &w, w.q0 + r, m_all * M_LN2_F, l_all, d == 0);
+            fa_store(p, io, dst, d, o_all * v_factor);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE); /* the next step's copies overwrite part_o */
+    }
+}
+
+#undef FA_KVD_SCORES
+#undef FA_KVD_ACCUMULATE
+#undef FA_KVD_W
+#undef FA_KVD_S
+#undef FA_KVD_BLOCKS
+#undef FA_KVD_MT
+#undef FA_KVD_STRIDE
+#undef FA_KVD_CHUNK
