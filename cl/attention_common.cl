@@ -533,13 +533,41 @@ void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulo
         for (uint d = 0; d < n; d++)                                                           \
             dst[d] = FCL_CAT(fcl_kv_decode, name)(src, row, d) * scale;                        \
         break;
+/* q8_0 and q4_0 rows a block at a time: d times the scale once for its 32 values (the value
+ * decoders read d for each and scale each product: the same values but the product's rounding
+ * where the scale is not 1); n a multiple of 32, as block formats' head dims are. */
+FCL_INLINE void fa_load_q8_0_row(__private float *dst, __global const uchar *b, uint n, float scale)
+{
+    for (uint d0 = 0; d0 < n; d0 += 32, b += 34) {
+        const float f = fcl_block_half(b, 0) * scale;
+        for (uint e = 0; e < 32; e++)
+            dst[d0 + e] = f * (float)((__global const char *)b)[2 + e];
+    }
+}
+FCL_INLINE void fa_load_q4_0_row(__private float *dst, __global const uchar *b, uint n, float scale)
+{
+    for (uint d0 = 0; d0 < n; d0 += 32, b += 18) {
+        const float f = fcl_block_half(b, 0) * scale;
+        for (uint e = 0; e < 16; e++) {
+            const uint q = b[2 + e];
+            dst[d0 + e] = f * (float)((int)(q & 15u) - 8);
+            dst[d0 + 16 + e] = f * (float)((int)(q >> 4) - 8);
+        }
+    }
+}
+
 FCL_INLINE void fa_load_kv_row(__private float *dst, const fa_params *p, const fa_io *io,
                                const fa_seq *s, int v, fa_place at, uint n, uint cap)
 {
     __global const uchar *src = v ? io->v : io->k;
     const ulong row = fa_row_at(v ? &s->v : &s->k, at);
     const float scale = n ? fa_kv_row_scale(p, io, s, v, at) : 0.0f;
-    switch (v ? p->format_v : p->format_k) {
+    const uint format = v ? p->format_v : p->format_k;
+    if (format == FCL_KV_Q8_0)
+        fa_load_q8_0_row(dst, src + row, n, scale);
+    else if (format == FCL_KV_Q4_0)
+        fa_load_q4_0_row(dst, src + row, n, scale);
+    else switch (format) {
     FCL_KV_FORMATS(FA_KV_ROW_CASE)
     default:
         for (uint d = 0; d < n; d++)

@@ -28,6 +28,10 @@ grep -E "Test +#|tests passed|FAILED|ERROR|Failure" "$out/ctest.log" | head -40
 FLASHCL_TUNE=attention_mma=0 ctest --test-dir build --output-on-failure -R "^(softmax|attention|attention_v2|fast_paths)$" \
   > "$out/ctest-mma-off.log" 2>&1
 echo "ctest (NVIDIA kernels off) rc=$?"
+# ... and the K/V tests with 8-bit decoding on the tensor-core kernel's _kv build.
+FLASHCL_TUNE=attention_kv_decode=0 ctest --test-dir build --output-on-failure -R "^(fast_paths|kv)$" \
+  > "$out/ctest-kv-decode-off.log" 2>&1
+echo "ctest (8-bit decode kernel off) rc=$?"
 build/tools/flashcl-demo 2>&1 | tail -12
 status=0
 for preset in gpu engine; do
@@ -59,6 +63,18 @@ for dtype in f16 bf16 f32; do
       > "$out/bench-$kind-$dtype-portable.json" || status=1
   done
 done
+# K/V caches in each format beside f16 (docs/PERFORMANCE.md, "Quantized and 8-bit K/V
+# caches"), the writer of a step's tokens, and 8-bit decoding on the _kv build instead of the
+# 8-bit decode kernel.
+kv="--attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16 --attention 8,32,1,32768,128
+  --attention 4,16,4096,4096,128,c --kv-write 256,8,128,p16"
+for format in f16 q8_0 q4_0 fp8_e4m3 int8; do
+  # shellcheck disable=SC2086 # $kv is a list of options
+  build/tools/flashcl-bench --dtype f16 --kv $format $kv --json > "$out/bench-kv-$format.json" || status=1
+done
+# shellcheck disable=SC2086
+FLASHCL_TUNE=attention_kv_decode=0 build/tools/flashcl-bench --dtype f16 --kv q8_0 $kv --json \
+  > "$out/bench-kv-q8_0-kv-build.json" || status=1
 # Softmax over the gpu preset's shapes (M x N = 2^28) in every storage type, with NVIDIA's
 # softmax kernel and without it (FLASHCL_TUNE=softmax_nv=0: the portable kernels).
 softmax="--softmax 2097152x128 --softmax 262144x1024 --softmax 65536x4096 --softmax 16384x16384

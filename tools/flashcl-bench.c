@@ -29,7 +29,7 @@ static const char usage[] =
     "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l]]\n"
-    "                     [--kv FORMAT[,FORMAT_V]]\n"
+    "                     [--kv FORMAT[,FORMAT_V]] [--kv-write T,Hkv,D[,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
@@ -39,10 +39,13 @@ static const char usage[] =
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
     "  --kv: every attention case's K (and V) in that format (f32, f16, bf16, q8_0, q4_0,\n"
     "  q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, int8); GB/s count the bytes read.\n"
+    "  --kv-write (repeatable): fcl_kv_write of T new tokens' K and V (--dtype) into a cache\n"
+    "  of 4 T tokens in --kv's formats (unscaled), at shuffled slots (pN: N-token pages);\n"
+    "  GB/s count the rows read and written.\n"
     "  Inputs rotate over buffer sets that exceed the device's cache twice over; --hot\n"
     "  runs every call on one set, as a peer that times the same tensors again does.\n";
 
-typedef enum { KIND_SOFTMAX, KIND_ATTENTION } case_kind;
+typedef enum { KIND_SOFTMAX, KIND_ATTENTION, KIND_KV_WRITE } case_kind;
 
 /* What an attention case adds to plain attention (bench_case.mods). */
 enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8 };
@@ -52,7 +55,7 @@ typedef struct bench_case {
     case_kind kind;
     fcl_precision precision; /* attention's, for float32 storage */
     size_t rows, cols;                                 /* softmax (heads with mods) */
-    size_t batch, heads, len_q, len_kv, head_dim;      /* attention */
+    size_t batch, heads, len_q, len_kv, head_dim;      /* attention (kv_write: len_kv tokens) */
     int causal;
     fcl_dtype dtype;
     size_t heads_kv, head_dim_v; /* 0: heads, head_dim */
@@ -132,9 +135,14 @@ static const bench_case preset_cpu[] = {
     S(65536, 1024), S(16384, 4096), S(256, 262144), S(16, 4194304), S(4096, 128),
     A(1, 8, 1024, 1024, 64, 0), A(1, 8, 1024, 1024, 64, 1), A(1, 8, 1024, 1024, 128, 0),
     A(4, 8, 1, 8192, 128, 0)};
+/* fcl_kv_write of t tokens, hkv heads, head dim d (a cache of 4 t tokens). */
+#define W(t, hkv, d)                                                                           \
+    {KIND_KV_WRITE, FCL_PRECISION_F32, 0, 0, 0, 0, 0, t, d, 0, FCL_DTYPE_F32,                  \
+     hkv, 0, 0, 0, 0, 0, 0, 0, 0}
 /* A quick pass over every kind of plan, for CI. */
 static const bench_case preset_smoke[] = {S(512, 1000), S(2, 600000), S(64, 8192),
-                                          A(1, 2, 128, 128, 64, 1), A(1, 2, 1, 4096, 128, 0)};
+                                          A(1, 2, 128, 128, 64, 1), A(1, 2, 1, 4096, 128, 0),
+                                          W(64, 2, 128)};
 
 typedef struct bench {
     fcl_context *ctx;
@@ -148,6 +156,7 @@ typedef struct bench {
     double copy_gbs;        /* of the case being measured: the faster copy */
     double copy_kernel_gbs; /* the copy kernel alone */
     fcl_attention_io aux;   /* the case's index, slope and sink buffers (q..lse unused) */
+    cl_mem slots;           /* a kv_write case's slots */
     cl_mem softmax_mask;    /* a softmax case's mask */
     int host_clock;         /* profiling timestamps proved unusable: time by the host clock */
     char why[320];          /* why the last case failed */
@@ -370,6 +379,27 @@ static fcl_status enqueue_attention(bench *b, const bench_case *c, cl_mem *set, 
     return fcl_attention_run(b->ctx, &d, &io, 0, NULL, done);
 }
 
+/* A kv_write case's cache: 4 tokens for each written, in pages where paged. */
+#define KV_WRITE_ROOM 4
+static fcl_kv_write_desc kv_write_desc(const bench_case *c)
+{
+    const size_t capacity = KV_WRITE_ROOM * c->len_kv;
+    fcl_kv_write_desc d = {.tokens = c->len_kv, .heads_kv = c->heads_kv, .head_dim = c->head_dim,
+                           .dtype_in = c->dtype, .format_k = c->format_k, .format_v = c->format_v,
+                           .page_size = c->page_size ? c->page_size : capacity,
+                           .num_pages = c->page_size ? (capacity + c->page_size - 1) / c->page_size : 1,
+                           .layout = c->page_size ? FCL_LAYOUT_BLHD : FCL_LAYOUT_BHLD};
+    return d;
+}
+
+static fcl_status enqueue_kv_write(bench *b, const bench_case *c, cl_mem *set, cl_event *done)
+{
+    const fcl_kv_write_desc d = kv_write_desc(c);
+    const fcl_kv_write_io io = {.k_in = set[0], .v_in = set[1], .slots = b->slots,
+                                .k = set[2], .v = set[3]};
+    return fcl_kv_write(b->ctx, &d, &io, 0, NULL, done);
+}
+
 static cl_mem aux_buffer(bench *b, const void *data, size_t bytes, cl_int *err)
 {
     if (*err != CL_SUCCESS)
@@ -443,15 +473,36 @@ static int make_aux(bench *b, const bench_case *c)
     return err == CL_SUCCESS;
 }
 
+/* A kv_write case's slots: distinct, shuffled over the cache. */
+static int make_slots(bench *b, const bench_case *c)
+{
+    const fcl_kv_write_desc d = kv_write_desc(c);
+    const size_t capacity = d.page_size * d.num_pages;
+    int32_t *ints = calloc(capacity, sizeof(int32_t));
+    cl_int err = ints ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
+    chk_rng rng = chk_rng_seeded(11);
+    for (size_t i = 0; ints && i < capacity; i++)
+        ints[i] = (int32_t)i;
+    for (size_t i = capacity - 1; ints && i > 0; i--) {
+        size_t o = (size_t)(chk_uniform(&rng) * (double)(i + 1));
+        int32_t t = ints[i];
+        ints[i] = ints[o], ints[o] = t;
+    }
+    b->slots = aux_buffer(b, ints, d.tokens * sizeof(int32_t), &err);
+    free(ints);
+    return err == CL_SUCCESS;
+}
+
 static void release_aux(bench *b)
 {
     cl_mem all[] = {b->aux.seqlens_kv, b->aux.cu_seqlens_q, b->aux.cu_seqlens_kv,
-                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->softmax_mask};
+                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->softmax_mask,
+                    b->slots};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     memset(&b->aux, 0, sizeof b->aux);
-    b->softmax_mask = NULL;
+    b->softmax_mask = b->slots = NULL;
 }
 
 /* Measures copies of `bytes` (read, and as many written) and returns the GB/s of the
@@ -530,6 +581,23 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         n_bufs = 2;
         useful = 2.0 * (double)bytes[0];
         fn = enqueue_softmax;
+    } else if (c->kind == KIND_KV_WRITE) {
+        const fcl_kv_write_desc d = kv_write_desc(c);
+        const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
+        const size_t k_row = chk_kv_row_units(fk, c->head_dim) * chk_kv_unit_bytes(fk);
+        const size_t v_row = chk_kv_row_units(fv, c->head_dim) * chk_kv_unit_bytes(fv);
+        const size_t rows = d.tokens * d.heads_kv, capacity = d.page_size * d.num_pages;
+        bytes[0] = bytes[1] = rows * c->head_dim * esz;
+        bytes[2] = capacity * d.heads_kv * k_row;
+        bytes[3] = capacity * d.heads_kv * v_row;
+        n_bufs = 4;
+        useful = (double)(bytes[0] + bytes[1]) + (double)(rows * (k_row + v_row));
+        snprintf(res->plan, sizeof res->plan, "kv_write");
+        fn = enqueue_kv_write;
+        if (!make_slots(b, c)) {
+            release_aux(b);
+            return failed_because(b, "allocating the slots failed", NULL);
+        }
     } else {
         fcl_attention_desc d = attention_desc(c);
         fcl_attention_plan_info p;
@@ -601,7 +669,10 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
 
 static void describe(const bench_case *c, char *buf, size_t cap)
 {
-    if (c->kind == KIND_SOFTMAX)
+    if (c->kind == KIND_KV_WRITE)
+        snprintf(buf, cap, "kv_write %s T%zu H%zu D%zu%s%.0zu", chk_dtype_name(c->dtype),
+                 c->len_kv, c->heads_kv, c->head_dim, c->page_size ? " paged" : "", c->page_size);
+    else if (c->kind == KIND_SOFTMAX)
         snprintf(buf, cap, "softmax %s %zux%zu%s", chk_dtype_name(c->dtype), c->rows, c->cols,
                  c->mods ? " f16 mask/head alibi sinks" : "");
     else
@@ -614,7 +685,7 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
                  c->mods & MOD_SINKS ? " sinks" : "");
-    if (c->kind == KIND_ATTENTION && (c->format_k || c->format_v)) {
+    if (c->kind != KIND_SOFTMAX && (c->format_k || c->format_v)) {
         const size_t len = strlen(buf);
         snprintf(buf + len, cap - len, " kv %s/%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
                  chk_formats[chk_kv_format(c->format_v, c->dtype)].name);
@@ -661,6 +732,20 @@ static int parse_attention(const char *arg, bench_case *c)
         else
             return 0;
     }
+    return 1;
+}
+
+/* A --kv-write case, T,Hkv,D then ,pN; 0 where malformed. */
+static int parse_kv_write(const char *arg, bench_case *c)
+{
+    size_t t, hkv, d, page = 0;
+    int used = 0, n = 0;
+    if (sscanf(arg, "%zu,%zu,%zu%n", &t, &hkv, &d, &used) != 3 || !t || !hkv || !d)
+        return 0;
+    if (arg[used] && (sscanf(arg + used, ",p%zu%n", &page, &n) != 1 || !page || arg[used + n]))
+        return 0;
+    *c = (bench_case)W(t, hkv, d);
+    c->page_size = page;
     return 1;
 }
 
@@ -711,9 +796,10 @@ int main(int argc, char **argv)
         else if (next && strcmp(argv[a], "--softmax") == 0 && n < MAX_CASES &&
                  sscanf(argv[++a], "%zux%zu", &x[0], &x[1]) == 2 && x[0] && x[1])
             cases[n++] = (bench_case)S(x[0], x[1]);
-        else if (next && strcmp(argv[a], "--attention") == 0 && n < MAX_CASES &&
-                 parse_attention(argv[++a], &cases[n]))
-            n++;
+        else if (next && n < MAX_CASES &&
+                 ((strcmp(argv[a], "--attention") == 0 && parse_attention(next, &cases[n])) ||
+                  (strcmp(argv[a], "--kv-write") == 0 && parse_kv_write(next, &cases[n]))))
+            n++, a++;
         else if (next && strcmp(argv[a], "--kv") == 0) {
             const char *arg = argv[++a], *comma = strchr(arg, ',');
             kv_k = parse_format(arg, comma ? (size_t)(comma - arg) : strlen(arg));
@@ -752,7 +838,7 @@ int main(int argc, char **argv)
         n = count;
     }
     for (size_t i = 0; i < n; i++)
-        if (cases[i].kind == KIND_ATTENTION)
+        if (cases[i].kind != KIND_SOFTMAX)
             cases[i].format_k = kv_k, cases[i].format_v = kv_v;
     for (size_t i = 0; dtype_given && i < n; i++) {
         cases[i].dtype = dtype;
