@@ -146,14 +146,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
             const int inside = kb + row < w->kv_end;
             const uint at = col * chunk;
             __global const uchar *from = inside ? src + row_at[tensor * FA_KVD_KEYS + row] + at : src;
-            __local uchar *to = dst + row * FA_KVD_STRIDE + at;
-            const uint bytes = inside ? chunk : 0;
-            if (chunk == 16)
-                fa_mma_copy16(to, from, bytes);
-            else if (chunk == 8)
-                fa_mma_copy8(to, from, bytes);
-            else
-                fa_mma_copy4(to, from, bytes);
+            fa_mma_copy(dst + row * FA_KVD_STRIDE + at, from, chunk, inside ? chunk : 0);
             row += rows_step, col += cols_step;
             if (col >= per_row)
                 row++, col -= per_row;

@@ -69,6 +69,17 @@ FCL_INLINE void fa_mma_copy4(__local void *dst, __global const void *src, uint b
                      : "memory");
 }
 
+/* A copy of chunk (16, 8 or 4) bytes, of which the first `bytes` are read (the rest zeros). */
+FCL_INLINE void fa_mma_copy(__local void *dst, __global const void *src, uint chunk, uint bytes)
+{
+    if (chunk == 16)
+        fa_mma_copy16(dst, src, bytes);
+    else if (chunk == 8)
+        fa_mma_copy8(dst, src, bytes);
+    else
+        fa_mma_copy4(dst, src, bytes);
+}
+
 FCL_INLINE void fa_mma_copies_commit(void) { __asm__ volatile("cp.async.commit_group;" ::: "memory"); }
 
 /* Waits for this work-item's copies; the barrier after it makes every work-item's visible. */
@@ -459,14 +470,7 @@ FCL_INLINE void FCL_CAT(fa_mma_stage_tile, FA_NAME)(__local uchar *raw, __global
         const uint row = i / per_row, at = (i - row * per_row) * chunk;
         const int inside = row < rows_left;
         __global const uchar *from = inside ? src + row_at[row] + at : src;
-        __local uchar *to = raw + row * rb + at;
-        const uint bytes = inside ? chunk : 0;
-        if (chunk == 16)
-            fa_mma_copy16(to, from, bytes);
-        else if (chunk == 8)
-            fa_mma_copy8(to, from, bytes);
-        else
-            fa_mma_copy4(to, from, bytes);
+        fa_mma_copy(raw + row * rb + at, from, chunk, inside ? chunk : 0);
     }
 }
 
