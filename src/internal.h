@@ -364,8 +364,9 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
  * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
  * attention_mma=0|1, attention_kv_decode=0|1, softmax_nv=0|1) to t and names where
- * (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a
- * sentence naming where (recorded on ctx, or the thread if NULL). */
+ * (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad override is
+ * FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the thread if
+ * NULL). */
 fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
                             const char *where);
 /* Defaults for info's device with FLASHCL_TUNE's overrides applied. */

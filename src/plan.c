@@ -1125,11 +1125,10 @@ static int nvidia_bucket(const fcl_device_info *info, const fcl_attention_desc *
 static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_desc *d, int bucket,
                              int gqa_rows, fcl_attention_launch *launch)
 {
-    const int kind = fcl_plan_mma_kind(d);
-    if (bucket < 0 || kind < 0 ||
-        !fcl_plan_mma_built(bucket, kind, gqa_rows, fcl_attention_kv_coded(d)))
+    const int kind = fcl_plan_mma_kind(d), kv = fcl_attention_kv_coded(d);
+    if (bucket < 0 || kind < 0 || !fcl_plan_mma_built(bucket, kind, gqa_rows, kv))
         return 0;
-    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, fcl_attention_kv_coded(d));
+    const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, kv);
     if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, gqa_rows, bucket,
                     sh.warps / sh.key_warps * 16 * sh.row_tiles,
                     sh.block_kv, sh.warps * 32, 0, launch) != FCL_SUCCESS)
@@ -1157,7 +1156,7 @@ int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention
                                 int rows_aligned, int kv_decode, fcl_attention_launch *launch)
 {
     const int bucket = nvidia_bucket(info, d, rows_aligned);
-    if (bucket >= 0 && kv_decode && fcl_attention_kv_coded(d) && kv_decode_takes(d, bucket)) {
+    if (bucket >= 0 && kv_decode && kv_decode_takes(d, bucket)) { /* coded K and V */
         const size_t warps = FA_KVD_WARPS;
         if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, 1, bucket, FA_KVD_ROWS,
                         warps * FA_KVD_KEYS, warps * 32,

@@ -512,14 +512,7 @@ void attention_paged_inputs(attention_run *r, const int32_t *lens, int32_t **tab
     int32_t *table = malloc(d->batch * d->block_table_stride * sizeof(int32_t));
     int32_t *order = malloc(d->num_pages * sizeof(int32_t));
     assert_true(table && order);
-    for (size_t p = 0; p < d->num_pages; p++)
-        order[p] = (int32_t)p;
-    for (size_t p = d->num_pages - 1; p > 0; p--) {
-        size_t o = (size_t)(chk_uniform(support_rng()) * (double)(p + 1));
-        int32_t t = order[p];
-        order[p] = order[o];
-        order[o] = t;
-    }
+    chk_permutation(order, d->num_pages, support_rng());
     for (size_t e = 0; e < d->batch * d->block_table_stride; e++)
         table[e] = -7; /* entries no length reaches are never read */
     size_t next = 0;

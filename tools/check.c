@@ -111,6 +111,17 @@ double chk_uniform(chk_rng *r)
     return (double)((r->state * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
 }
 
+void chk_permutation(int32_t *v, size_t n, chk_rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (int32_t)i;
+    for (size_t i = n; i-- > 1;) {
+        const size_t o = (size_t)(chk_uniform(r) * (double)(i + 1));
+        const int32_t t = v[i];
+        v[i] = v[o], v[o] = t;
+    }
+}
+
 double chk_normal(chk_rng *r)
 {
     double u1 = chk_uniform(r), u2 = chk_uniform(r);

@@ -53,6 +53,8 @@ typedef struct chk_rng {
 } chk_rng;
 chk_rng chk_rng_seeded(uint64_t seed); /* seed 0: from the clock, printed by the caller */
 double chk_uniform(chk_rng *r);         /* [0, 1) */
+/* v[0..n) = a random permutation of 0..n-1 (Fisher-Yates: shuffled pages, slots). */
+void chk_permutation(int32_t *v, size_t n, chk_rng *r);
 double chk_normal(chk_rng *r);
 /* n standard-normal values stored in t (malloc'd; NULL without memory). */
 void *chk_random_tensor(size_t n, fcl_dtype t, chk_rng *r);

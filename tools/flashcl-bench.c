@@ -449,13 +449,7 @@ static int make_aux(bench *b, const bench_case *c)
     memset(&b->aux, 0, sizeof b->aux);
     if (err == CL_SUCCESS && c->page_size) {
         chk_rng rng = chk_rng_seeded(7);
-        for (size_t p = 0; p < d.num_pages; p++)
-            ints[p] = (int32_t)p;
-        for (size_t p = d.num_pages - 1; p > 0; p--) {
-            size_t o = (size_t)(chk_uniform(&rng) * (double)(p + 1));
-            int32_t t = ints[p];
-            ints[p] = ints[o], ints[o] = t;
-        }
+        chk_permutation(ints, d.num_pages, &rng);
         b->aux.block_table = aux_buffer(b, ints, d.num_pages * sizeof(int32_t), &err);
         for (size_t i = 0; i < c->batch; i++)
             ints[i] = (int32_t)c->len_kv;
@@ -481,13 +475,8 @@ static int make_slots(bench *b, const bench_case *c)
     int32_t *ints = calloc(capacity, sizeof(int32_t));
     cl_int err = ints ? CL_SUCCESS : CL_OUT_OF_HOST_MEMORY;
     chk_rng rng = chk_rng_seeded(11);
-    for (size_t i = 0; ints && i < capacity; i++)
-        ints[i] = (int32_t)i;
-    for (size_t i = capacity - 1; ints && i > 0; i--) {
-        size_t o = (size_t)(chk_uniform(&rng) * (double)(i + 1));
-        int32_t t = ints[i];
-        ints[i] = ints[o], ints[o] = t;
-    }
+    if (ints)
+        chk_permutation(ints, capacity, &rng);
     b->slots = aux_buffer(b, ints, d.tokens * sizeof(int32_t), &err);
     free(ints);
     return err == CL_SUCCESS;
