@@ -33,7 +33,8 @@ for t in f32 f16 bf16; do
   kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
 done
 for d in 64 128 256; do
-  [ "$d" = 256 ] || kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32"
+  [ "$d" = 256 ] || kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32
+    attention_mma_d${d}_f16q32 attention_mma_rows_d${d}_f16q32"
   for t in f16 bf16; do
     kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
     kernels="$kernels attention_mma_d${d}_${t}_kv attention_mma_rows_d${d}_${t}_kv"

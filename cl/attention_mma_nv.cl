@@ -2,10 +2,10 @@
  * FlashAttention-2's forward kernel in OpenCL C. A vendor fast path: the planner builds this
  * file only for such devices (src/plan.c, fcl_plan_mma), after a self-check of the mma
  * fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
- * (q, k and v of one storage type with rows at multiples of 8 elements, head dims up to 256,
- * float32's up to 128, multiples of 8; in the _kv builds, f16 or bf16 q with K and V each
- * of q's type or coded, FA_MMA_KV below); the portable kernels (attention_tile.cl) are its
- * reference and serve everything else.
+ * (q, k and v of one storage type, or float32 q over f16 K and V, with rows at multiples of 8
+ * elements, head dims up to 256, float32 q's up to 128, multiples of 8; in the _kv builds,
+ * f16 or bf16 q with K and V each of q's type or coded, FA_MMA_KV below); the portable
+ * kernels (attention_tile.cl) are its reference and serve everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
  * head-dim bucket and product type, with
  *   FA_NAME     kernel name suffix (mma_d64_f16, ...)
@@ -14,6 +14,9 @@
  *               (float32 storage, m16n8k8)
  *   FA_MMA_SPLIT with tf32: 1 for float32 accuracy by 3xTF32 (FCL_PRECISION_F32), 0 for one
  *               TF32 product (FCL_PRECISION_TF32)
+ *   FA_MMA_Q32  with f16: 1 where q (and the output) is float32 and K and V f16 (llama.cpp's
+ *               types): q and p each split into two f16 parts, two products where one was
+ *               (fa_mma_q32_row), float32's accuracy with f16 tiles; else 0
  *   FA_MMA_WARPS warps a work-group, FA_MMA_KWARPS of them a row tile (each taking its
  *               share of every key tile), FA_MMA_MT tiles of 16 query rows a warp and
  *               FA_MMA_BK keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
@@ -395,6 +398,7 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_ROW(d) ((d) + 8)
 #endif
 #define FA_MMA_KSTEPS (FA_D / FA_MMA_KDIMS) /* products along q.k */
+#define FA_MMA_QPARTS (1 + FA_MMA_Q32)      /* f16 parts of q's (and p's) fragments */
 /* The next tile's rows are looked up before the scores (16-bit types: 2-8% faster on the H100
  * than after) or after them (float32, whose registers are fuller: 15% faster at head dim 64
  * than before, and no spill at 128). */
@@ -621,6 +625,43 @@ FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ush
     }
 }
 
+#if FA_MMA_Q32
+/* The same fragments of a float32 row x, as two f16 parts (big = f16(x 2^e), small = f16(x 2^e
+ * - big): 22 of x's 24 bits, as 3xTF32 splits float32), and 2^-e, the factor of the row's
+ * scores: e puts the row's largest magnitude in [2^14, 2^15), so that f16 neither overflows
+ * nor loses small elements of large rows (a row of infinities or NaNs keeps e = 0, small
+ * parts 0). Every lane of the warp calls it: the row's 4 lanes share their largest. */
+FCL_INLINE float FCL_CAT(fa_mma_q32_row, FA_NAME)(uint (*big)[4], uint (*small)[4],
+                                                 __global const float *row, uint r, uint t,
+                                                 uint dim)
+{
+    float x[FA_MMA_KSTEPS][4], top = 0.0f;
+    #pragma unroll
+    for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++)
+        #pragma unroll
+        for (uint e = 0; e < 4; e++) { /* pairs (2t, 2t + 1) and (8 + 2t, 9 + 2t) */
+            const uint d = ks * 16 + e / 2 * 8 + 2 * t + e % 2;
+            x[ks][e] = d < dim ? row[d] : 0.0f;
+            top = fmax(top, fabs(x[ks][e]));
+        }
+    top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+    top = fmax(top, fcl_nv_shuffle_xor(top, 2));
+    const int e = top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -100, 100) : 0;
+    #pragma unroll
+    for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++)
+        #pragma unroll
+        for (uint i = 0; i < 2; i++) {
+            const float a = ldexp(x[ks][2 * i], e), b = ldexp(x[ks][2 * i + 1], e);
+            const uint hi = fcl_nv_pack_f16(a, b);
+            const float2 h = fcl_nv_halves_f16(hi);
+            big[ks][2 * i + r % 2] = hi;
+            small[ks][2 * i + r % 2] = fcl_nv_pack_f16(isfinite(h.x) ? a - h.x : 0.0f,
+                                                       isfinite(h.y) ? b - h.y : 0.0f);
+        }
+    return ldexp(1.0f, -e);
+}
+#endif
+
 /* s = q K^T over the tile: ldmatrix gives the B fragments of 8 keys for two products (32
  * columns of q.k: matrix i holds columns 8i to 8i + 7), each fed to every row tile. With
  * blk_d (a tile of ggml codes, fa_mma_codes_tile), each such 32-column block (one ggml block)
@@ -643,11 +684,11 @@ FCL_INLINE void FCL_CAT(fa_mma_scores_of, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
             uint b[4];
             fa_mma_load(&k_tile[j * 8 + lane % 8][ks * 16 + lane / 8 * 8], &b[0], &b[1], &b[2],
                         &b[3]);
-            if (!blk_d) {
+            if (!blk_d) { /* qf: FA_MMA_QPARTS parts of FA_MMA_MT row tiles */
                 #pragma unroll
-                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks], b[0], b[1]);
-                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt][j], qf[mt][ks + 1], b[2], b[3]);
+                for (uint mt = 0; mt < FA_MMA_QPARTS * FA_MMA_MT; mt++) {
+                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt % FA_MMA_MT][j], qf[mt][ks], b[0], b[1]);
+                    FCL_CAT(fa_mma, FA_MMA_T)(s[mt % FA_MMA_MT][j], qf[mt][ks + 1], b[2], b[3]);
                 }
                 continue;
             }
@@ -702,8 +743,9 @@ FCL_INLINE void FCL_CAT(fa_mma_q_block_sums, FA_NAME)(float (*qsum)[FA_D / 32],
 #endif
 
 /* o += p V over the tile, 16 keys a step: the score fragments of two 8-key blocks, rounded
- * to the storage type, are the A fragment of p; ldmatrix.trans gives V's B fragments for 16
- * output columns, each fed to every row tile. */
+ * to the storage type, are the A fragment of p (with FA_MMA_Q32, p's big and small f16 parts,
+ * as q's); ldmatrix.trans gives V's B fragments for 16 output columns, each fed to every row
+ * tile. */
 FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
                                                    float (*s)[FA_MMA_NKEYS][4],
                                                    __local const ushort (*v_tile)[FA_MMA_ROW(FA_D)],
@@ -711,14 +753,19 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
 {
     #pragma unroll
     for (uint kk = 0; kk < FA_MMA_WKEYS / 16; kk++) {
-        uint pf[FA_MMA_MT][4];
+        uint pf[FA_MMA_QPARTS * FA_MMA_MT][4]; /* as qf: parts of the row tiles */
         #pragma unroll
-        for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-            pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-            pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-            pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-            pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
+        for (uint mt = 0; mt < FA_MMA_MT; mt++)
+            #pragma unroll
+            for (uint i = 0; i < 4; i++) { /* blocks 2kk, 2kk + 1; elements 0-1, 2-3 */
+                const float a = s[mt][2 * kk + i / 2][2 * (i % 2)];
+                const float b = s[mt][2 * kk + i / 2][2 * (i % 2) + 1];
+                pf[mt][i] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(a, b);
+#if FA_MMA_Q32
+                const float2 h = fcl_nv_halves_f16(pf[mt][i]);
+                pf[FA_MMA_MT + mt][i] = fcl_nv_pack_f16(a - h.x, b - h.y);
+#endif
+            }
         const uint matrix = lane / 8;
         #pragma unroll
         for (uint n2 = 0; n2 < FA_MMA_NDIMS / 2; n2++) {
@@ -727,9 +774,9 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
                 &v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8], &b0, &b1,
                 &b2, &b3);
             #pragma unroll
-            for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
-                FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
+            for (uint mt = 0; mt < FA_MMA_QPARTS * FA_MMA_MT; mt++) {
+                FCL_CAT(fa_mma, FA_MMA_T)(o[mt % FA_MMA_MT][2 * n2], pf[mt], b0, b1);
+                FCL_CAT(fa_mma, FA_MMA_T)(o[mt % FA_MMA_MT][2 * n2 + 1], pf[mt], b2, b3);
             }
         }
     }
@@ -983,7 +1030,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #endif
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     const uint rw = warp / FA_MMA_KWARPS, kw = warp % FA_MMA_KWARPS; /* row tiles, key share */
+#if FA_MMA_Q32
+    __global const float *q_all = (__global const float *)io->q;
+#else
     __global const FA_MMA_ELEM *q_all = (__global const FA_MMA_ELEM *)io->q;
+#endif
     __global const FA_MMA_ELEM *k_all = (__global const FA_MMA_ELEM *)io->k;
     __global const FA_MMA_ELEM *v_all = (__global const FA_MMA_ELEM *)io->v;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
@@ -1026,14 +1077,23 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             fa_mma_copies_commit();
         }
 
-        /* q as A fragments, straight from global memory (read once). */
-        FA_MMA_QWORD qf[FA_MMA_MT][FA_MMA_KSTEPS][4];
+        /* q as A fragments, straight from global memory (read once); with FA_MMA_Q32 big
+         * parts, then small ones, and each row's factor of its scores (else 1). */
+        FA_MMA_QWORD qf[FA_MMA_QPARTS * FA_MMA_MT][FA_MMA_KSTEPS][4];
+        float q_factor[FA_MMA_ROWS];
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
             const int inside = qi[r] < w.s.len_q;
             const ulong row = inside ? fa_row(p, io, &w.s.q, qi[r]) : 0;
+#if FA_MMA_Q32
+            q_factor[r] = FCL_CAT(fa_mma_q32_row, FA_NAME)(qf[r / 2], qf[FA_MMA_MT + r / 2],
+                                                           q_all + row, r, t,
+                                                           inside ? (uint)p->head_dim : 0);
+#else
             FCL_CAT(fa_mma_q_row, FA_NAME)(qf[r / 2], q_all + row, r, t,
                                            inside ? (uint)p->head_dim : 0);
+            q_factor[r] = 1.0f;
+#endif
         }
 #if FA_MMA_KV
         float qsum[FA_MMA_ROWS][FA_D / 32] = {{0}};
@@ -1047,11 +1107,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
          * largest q.k gives the largest score); not in float32, whose build at head dim 128
          * then spilled (255 registers, ptxas -v) and ran 8% slower on the H100. */
         const int scale_in_c = !FA_MMA_F32 && !(p->flags & FA_SCORE_MODIFIERS) && qk_scale > 0.0f;
-        const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
+        float c[FA_MMA_ROWS], scale[FA_MMA_ROWS]; /* each row's c, and its scores' factor */
         float m[FA_MMA_ROWS], l[FA_MMA_ROWS];
         float o[FA_MMA_MT][FA_MMA_NDIMS][4];
         #pragma unroll
         for (uint r = 0; r < FA_MMA_ROWS; r++) {
+            scale[r] = qk_scale * q_factor[r];
+            c[r] = scale_in_c ? scale[r] * M_LOG2E_F : M_LOG2E_F;
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
@@ -1130,7 +1192,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             if (!scale_in_c) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
-                    FA_MMA_S(x) *= qk_scale;
+                    FA_MMA_S(x) *= scale[FA_MMA_ROW_OF(x)];
             }
             if (p->flags & FA_FLAG_SOFTCAP) {
                 #pragma unroll
@@ -1170,7 +1232,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     top = fmax(top, fmax(s[r / 2][j][2 * (r % 2)], s[r / 2][j][2 * (r % 2) + 1]));
                 top = fmax(top, fcl_nv_shuffle_xor(top, 1));
                 top = fmax(top, fcl_nv_shuffle_xor(top, 2));
-                const float m_new = fmax(m[r], top * c);
+                const float m_new = fmax(m[r], top * c[r]);
                 alpha[r] = m_new == -INFINITY ? 1.0f : fa_mma_exp2(m[r] - m_new);
                 under[r] = m_new == -INFINITY ? 0.0f : m_new;
                 m[r] = m_new;
@@ -1178,7 +1240,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
             #pragma unroll
             for (uint x = 0; x < FA_MMA_SCORES; x++) {
-                FA_MMA_S(x) = fa_mma_exp2(fma(FA_MMA_S(x), c, -under[FA_MMA_ROW_OF(x)]));
+                FA_MMA_S(x) = fa_mma_exp2(fma(FA_MMA_S(x), c[FA_MMA_ROW_OF(x)], -under[FA_MMA_ROW_OF(x)]));
                 sum[FA_MMA_ROW_OF(x)] += FA_MMA_S(x);
             }
             #pragma unroll
@@ -1268,6 +1330,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_WKEYS
 #undef FA_MMA_ROW_WARPS
 #undef FA_MMA_KSTEPS
+#undef FA_MMA_QPARTS
 #undef FA_MMA_NKEYS
 #undef FA_MMA_NDIMS
 #undef FA_MMA_ELEM

@@ -36,10 +36,11 @@ enum {
     FCL_ATTENTION_VARIANTS
 };
 #define FCL_MMA_BUCKETS 3 /* the NVIDIA paths' head-dim buckets: up to 64, 128 and 256 */
-/* The tensor-core kernels' product types (cl/attention_mma_nv.cl's FA_MMA_T and
- * FA_MMA_SPLIT): f16 and bf16 storage, float32 storage by 3xTF32 (FCL_PRECISION_F32) and by
- * one TF32 product (FCL_PRECISION_TF32). */
-enum { FCL_MMA_F16, FCL_MMA_BF16, FCL_MMA_F32, FCL_MMA_TF32, FCL_MMA_KINDS };
+/* The tensor-core kernels' product types (cl/attention_mma_nv.cl's FA_MMA_T, FA_MMA_SPLIT
+ * and FA_MMA_Q32): f16 and bf16 storage, float32 storage by 3xTF32 (FCL_PRECISION_F32) and by
+ * one TF32 product (FCL_PRECISION_TF32), and float32 q with f16 K and V (f16 products of q's
+ * and p's two f16 parts). */
+enum { FCL_MMA_F16, FCL_MMA_BF16, FCL_MMA_F32, FCL_MMA_TF32, FCL_MMA_F16_Q32, FCL_MMA_KINDS };
 #define FCL_SOFTMAX_NV_BUILDS 2 /* NVIDIA's softmax: SM_NV_VECS vectors a work-item, and twice */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */

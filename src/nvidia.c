@@ -26,22 +26,26 @@ extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
 /* One build of attention_mma_nv.cl: its bucket, product kind and shape, and whether it takes
- * K/V formats (kv: the _kv kernels). The products' PTX type is tf32 for float32 storage, else
- * the kind's name (f16, bf16). */
+ * K/V formats (kv: the _kv kernels). The products' PTX type is tf32 for float32 storage, f16
+ * for float32 q over f16 K and V, else the kind's name (f16, bf16). */
 static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int kv)
 {
     const int f32 = fcl_mma_kind_f32(kind);
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, kv);
+    const int q32 = kind == FCL_MMA_F16_Q32;
     fcl_text_add(t, "#define FA_NAME mma%s_d%zu_%s%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
-                    "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_WARPS %zu\n"
+                    "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_Q32 %d\n"
+                    "#define FA_MMA_WARPS %zu\n"
                     "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
                     "#define FA_FEATURES 0x%xu\n"
                     "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
-                    "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_WARPS\n"
+                    "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_Q32\n"
+                    "#undef FA_MMA_WARPS\n"
                     "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
                  gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
                  kv ? "_kv" : "", fcl_attention_bucket_dim(bucket),
-                 f32 ? "tf32" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, sh.warps,
+                 f32 ? "tf32" : q32 ? "f16" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, q32,
+                 sh.warps,
                  sh.key_warps, sh.row_tiles, sh.block_kv, kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
                  fcl_cl_attention_mma_nv);
 }

@@ -1029,7 +1029,7 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
     return 0;
 }
 
-const char *const fcl_mma_kind_names[FCL_MMA_KINDS] = {"f16", "bf16", "f32", "tf32"};
+const char *const fcl_mma_kind_names[FCL_MMA_KINDS] = {"f16", "bf16", "f32", "tf32", "f16q32"};
 
 /* A call with K/V formats on the tensor cores: products in q's 16-bit type, K and V each of
  * that type (copied into the tiles as they are) or coded (decoded into them); else -1. */
@@ -1052,6 +1052,8 @@ int fcl_plan_mma_kind(const fcl_attention_desc *d)
 {
     if (fcl_attention_kv_coded(d))
         return mma_kv_kind(d);
+    if (d->dtype_q == FCL_DTYPE_F32 && d->dtype_kv == FCL_DTYPE_F16)
+        return FCL_MMA_F16_Q32; /* llama.cpp's types: q split into f16 parts */
     if (d->dtype_kv != d->dtype_q)
         return -1;
     switch (d->dtype_q) {
@@ -1072,6 +1074,8 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv)
 {
     if (fcl_mma_kind_f32(kind))
         return !kv && bucket < 2 && !gqa_rows;
+    if (kind == FCL_MMA_F16_Q32)
+        return !kv && bucket < 2;
     return 1;
 }
 
@@ -1102,8 +1106,8 @@ fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows, int kv)
         sh.block_kv = 32;
     if (gqa_rows) /* K/V formats: a warp every 16 keys, to decode the tiles */
         sh.warps = sh.key_warps = kv ? sh.block_kv / 16 : 2;
-    else if (!f32 && bucket == 0)
-        sh.row_tiles = 2;
+    else if (!f32 && bucket == 0) /* float32 q: its two parts take a second tile's registers */
+        sh.row_tiles = kind == FCL_MMA_F16_Q32 ? 1 : 2;
     else if (!f32)
         sh.warps = 8;
     return sh;

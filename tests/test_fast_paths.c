@@ -130,11 +130,17 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
     d.dtype_q = d.dtype_kv = FCL_DTYPE_F32;
     assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_MMA);
-    /* Not taken: mixed storage, head dims above 256 or not multiples of 8, rows not at
+    d.dtype_kv = FCL_DTYPE_F16; /* float32 q over f16 K and V: up to 128, prefill and rows */
+    assert_int_not_equal(path_of(support_ctx, &d), FCL_ATTENTION_PATH_MMA);
+    d.head_dim = 128;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    d.len_q = 1;
+    assert_int_equal(path_of(support_ctx, &d) == FCL_ATTENTION_PATH_MMA, mma_expected());
+    /* Not taken: other mixed storage, head dims above 256 or not multiples of 8, rows not at
      * multiples of 8 elements, decoding. */
     const fcl_attention_desc others[] = {
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
-         .dtype_kv = FCL_DTYPE_F16},
+         .dtype_kv = FCL_DTYPE_BF16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 64,
          .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_BF16},
         {.batch = 2, .heads_q = 4, .len_q = 100, .len_kv = 100, .head_dim = 264,
@@ -171,15 +177,16 @@ static void test_mma_path_is_planned_where_it_runs(void **state)
     fcl_context_destroy(portable);
 }
 
-/* The storage types and precisions the tensor cores take: f16, bf16, float32 (3xTF32) and
- * float32 with FCL_PRECISION_TF32. */
+/* The storage types and precisions the tensor cores take: f16, bf16, float32 (3xTF32),
+ * float32 with FCL_PRECISION_TF32, and float32 q over f16 K and V (llama.cpp's types). */
 static const struct mma_kind {
-    fcl_dtype dtype;
+    fcl_dtype dtype, dtype_kv;
     fcl_precision precision;
-} mma_kinds[] = {{FCL_DTYPE_F16, FCL_PRECISION_F32},
-                 {FCL_DTYPE_BF16, FCL_PRECISION_F32},
-                 {FCL_DTYPE_F32, FCL_PRECISION_F32},
-                 {FCL_DTYPE_F32, FCL_PRECISION_TF32}};
+} mma_kinds[] = {{FCL_DTYPE_F16, FCL_DTYPE_F16, FCL_PRECISION_F32},
+                 {FCL_DTYPE_BF16, FCL_DTYPE_BF16, FCL_PRECISION_F32},
+                 {FCL_DTYPE_F32, FCL_DTYPE_F32, FCL_PRECISION_F32},
+                 {FCL_DTYPE_F32, FCL_DTYPE_F32, FCL_PRECISION_TF32},
+                 {FCL_DTYPE_F32, FCL_DTYPE_F16, FCL_PRECISION_F32}};
 #define MMA_KINDS (sizeof mma_kinds / sizeof mma_kinds[0])
 
 /* Prefill shapes in every kind: GQA, odd lengths (a partial last tile of queries and of
@@ -199,12 +206,13 @@ static void test_mma_prefill_matches(void **state)
             for (int causal = 0; causal <= 2; causal++) {
                 const fcl_dtype t = mma_kinds[i].dtype;
                 if (t == FCL_DTYPE_F32 && shapes[k][2] > 128)
-                    continue; /* float32 runs head dims above 128 on the portable kernels */
+                    continue; /* float32 q runs head dims above 128 on the portable kernels */
                 attention_run r = {.d = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = shapes[k][0],
                                          .len_kv = shapes[k][1], .head_dim = shapes[k][2],
                                          .kv_splits = shapes[k][3], .causal = (fcl_causal)causal,
                                          .scale = k == 3 ? -0.2f : 0.0f, .dtype_q = t,
-                                         .dtype_kv = t, .precision = mma_kinds[i].precision}};
+                                         .dtype_kv = mma_kinds[i].dtype_kv,
+                                         .precision = mma_kinds[i].precision}};
                 attention_contiguous_inputs(&r);
                 if (k == 0 && causal == 0) /* a NaN at row 7 of batch 1, head 3 */
                     chk_store((void *)r.io.q, t,
@@ -307,25 +315,25 @@ static void test_mma_features_match(void **state)
     static const int32_t lens[3] = {100, 0, 37}, cu_q[5] = {0, 5, 5, 17, 20},
                          cu_kv[5] = {0, 9, 9, 39, 42};
     for (size_t i = 0; i < MMA_KINDS; i++) {
-        const fcl_dtype ty = mma_kinds[i].dtype;
+        const fcl_dtype ty = mma_kinds[i].dtype, tkv = mma_kinds[i].dtype_kv;
         const fcl_precision pr = mma_kinds[i].precision;
         check_paged(portable,
                     (fcl_attention_desc){.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 9,
                                          .len_kv = 100, .head_dim = 64,
                                          .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = ty,
-                                         .dtype_kv = ty, .precision = pr},
+                                         .dtype_kv = tkv, .precision = pr},
                     lens, FCL_ATTENTION_PATH_MMA);
         check_packed(portable,
                      (fcl_attention_desc){.batch = 4, .heads_q = 4, .heads_kv = 2, .len_q = 12,
                                           .len_kv = 30, .head_dim = 48,
                                           .causal = FCL_CAUSAL_TOP_LEFT, .dtype_q = ty,
-                                          .dtype_kv = ty, .precision = pr},
+                                          .dtype_kv = tkv, .precision = pr},
                      cu_q, cu_kv, FCL_ATTENTION_PATH_MMA);
         check_scored(portable,
                      (fcl_attention_desc){.batch = 2, .heads_q = 4, .heads_kv = 4, .len_q = 90,
                                           .len_kv = 150, .head_dim = 128, .softcap = 20.0f,
                                           .window = 1, .window_left = 40, .window_right = 7,
-                                          .dtype_q = ty, .dtype_kv = ty, .precision = pr},
+                                          .dtype_q = ty, .dtype_kv = tkv, .precision = pr},
                      FCL_MASK_ADD_F16, FCL_ATTENTION_PATH_MMA);
     }
     fcl_context_destroy(portable);
@@ -412,9 +420,9 @@ static void test_decode_nv_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
-/* Decoding one query row with GQA groups in f16 and bf16 (float32 keeps the portable decode
- * kernel: test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv
- * head on the tensor cores, two warps a row tile with half the keys each (lse, bottom-right
+/* Decoding one query row with GQA groups in f16, bf16 and float32 q over f16 K and V (up to
+ * head dim 128; float32 keeps the portable decode kernel: test_mma_path_is_planned_where_it_runs):
+ * the group's heads as rows of one kv head on the tensor cores, two warps a row tile with half the keys each (lse, bottom-right
  * causality, softcap, split-KV, store_hard_decode_values's NaN key and infinite and NaN
  * queries, a shuffled paged cache with an empty sequence); the features that depend on the
  * query's position or head keep the portable decode kernel. */
@@ -422,16 +430,22 @@ static void test_gqa_decode_rows_match(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
-    for (int t = FCL_DTYPE_F16; t <= FCL_DTYPE_BF16; t++) {
+    static const fcl_dtype types[3][2] = {{FCL_DTYPE_F16, FCL_DTYPE_F16},
+                                          {FCL_DTYPE_BF16, FCL_DTYPE_BF16},
+                                          {FCL_DTYPE_F32, FCL_DTYPE_F16}}; /* q, K and V */
+    for (int i = 0; i < 3; i++) {
+        const fcl_dtype t = types[i][0], tkv = types[i][1];
         const size_t shapes[][5] = {/* heads_q, heads_kv, len_kv, head_dim, kv_splits */
                                     {8, 2, 1000, 128, 0}, {32, 1, 333, 64, 0}, {12, 3, 5000, 72, 7},
                                     {8, 4, 300, 256, 0}};
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+            if (t == FCL_DTYPE_F32 && shapes[k][3] > 128)
+                continue;
             attention_run r = {.d = {.batch = 3, .heads_q = shapes[k][0], .heads_kv = shapes[k][1],
                                      .len_q = 1, .len_kv = shapes[k][2], .head_dim = shapes[k][3],
                                      .kv_splits = shapes[k][4], .causal = FCL_CAUSAL_BOTTOM_RIGHT,
-                                     .softcap = k == 1 ? 30.0f : 0.0f, .dtype_q = (fcl_dtype)t,
-                                     .dtype_kv = (fcl_dtype)t}};
+                                     .softcap = k == 1 ? 30.0f : 0.0f, .dtype_q = t,
+                                     .dtype_kv = tkv}};
             attention_contiguous_inputs(&r);
             if (k == 0) /* through the merge of the key warps' states */
                 store_hard_decode_values(&r);
@@ -441,14 +455,14 @@ static void test_gqa_decode_rows_match(void **state)
         static const int32_t lens[3] = {700, 0, 37};
         check_paged(portable,
                     (fcl_attention_desc){.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
-                                         .len_kv = 700, .head_dim = 128, .dtype_q = (fcl_dtype)t,
-                                         .dtype_kv = (fcl_dtype)t},
+                                         .len_kv = 700, .head_dim = 128, .dtype_q = t,
+                                         .dtype_kv = tkv},
                     lens, FCL_ATTENTION_PATH_MMA);
 
         static const float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
         const fcl_attention_desc base = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
-                                   .len_kv = 500, .head_dim = 64, .dtype_q = (fcl_dtype)t,
-                                   .dtype_kv = (fcl_dtype)t};
+                                   .len_kv = 500, .head_dim = 64, .dtype_q = t,
+                                   .dtype_kv = tkv};
         for (int c = 0; c < 3; c++) {
             attention_run r = {.d = base};
             if (c == 0)

@@ -682,6 +682,15 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_TF32);
     d.head_dim = d.head_dim_v = 64;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.block_q == 64 && l.block_kv == 64);
+    d.dtype_kv = FCL_DTYPE_F16; /* float32 q over f16 K and V: f16's shape, one row tile */
+    d.precision = FCL_PRECISION_F32;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F16_Q32 &&
+                l.block_q == 64 && l.block_kv == 64 && l.work_group_size == 128);
+    d.head_dim = d.head_dim_v = 128;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F16_Q32 &&
+                l.block_q == 128 && l.work_group_size == 256);
+    d.head_dim = d.head_dim_v = 256;
+    assert_false(fcl_plan_attention_mma(&nv, &d, 1, &l));
     d.dtype_q = d.dtype_kv = FCL_DTYPE_F16; /* head dim 256: 8 warps of 16 rows, 32 keys */
     d.head_dim = d.head_dim_v = 256;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 2 && l.block_q == 128 &&
@@ -741,7 +750,10 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
     rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
     assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
-    rows.dtype_kv = FCL_DTYPE_F16; /* mixed storage */
+    rows.dtype_kv = FCL_DTYPE_F16; /* float32 q over f16 K and V: its build's rows */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l) && l.gqa_rows &&
+                l.mma_kind == FCL_MMA_F16_Q32 && l.block_q == 16);
+    rows.dtype_kv = FCL_DTYPE_BF16; /* other mixed storage */
     assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
 }
 
