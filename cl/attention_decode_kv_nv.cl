@@ -1,11 +1,15 @@
 /* Decoding from 8-bit K/V caches on NVIDIA's tensor cores: GQA rows (fcl_attention_gqa_rows:
- * up to 8 query rows of one kv head, len_q 1) of f16 q over K and V each in q8_0, int8, fp8
- * E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the tensor-core
- * kernel's _kv builds, which serve every other coded call (and are its reference with the
- * portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
+ * up to 8 query rows of one kv head, len_q 1) of f16 or float32 q over K and V each in q8_0,
+ * int8, fp8 E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the
+ * tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
+ * with the portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
- *   FA_NAME     kernel name suffix (kvdec_d128)
+ *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128)
  *   FA_D        head_dim and head_dim_v (64, 128 or 256)
+ *   FA_KVD_Q32  1 for float32 q: its big f16 parts are the A fragments' rows 0-7 and its
+ *               small parts (fa_mma_split_f16) rows 8-15, so that S's accumulator holds both
+ *               products (no more mma than f16's); P too is split, two products of V where
+ *               one was (float32's accuracy); 0 for f16 q
  *   FA_FEATURES the features compiled in (FA_FEATURES_KV)
  *
  * The _kv builds decode each tile in local memory between work-group barriers, so that the
@@ -23,6 +27,9 @@
  *       and P's B fragment is the scores' accumulator as it stands.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
+#ifndef FA_KVD_Q32
+#define FA_KVD_Q32 0
+#endif
 #define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
 #define FA_KVD_BLOCKS (FA_D / 32)
@@ -155,10 +162,12 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
 }
 
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
- * and + 1 (elements 0, 1; 2 and 3 are the zero rows'). format: K's, a constant of each call
- * site. q8_0: each block's part times its keys' d. */
+ * and + 1 (elements 0, 1; 2 and 3 are rows 8-15's: zero, or with FA_KVD_Q32 the small parts'
+ * products, added to them). format: K's, a constant of each call site. q8_0: each block's
+ * part times its keys' d. */
 FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[2],
-                                               __local const uchar *k_rows, uint format, uint lane)
+                                               const uint (*ql)[2], __local const uchar *k_rows,
+                                               uint format, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
     #pragma unroll
@@ -177,7 +186,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
                     b0 = fa_kvd_nan_e4m3(b0, lo);
                     b1 = fa_kvd_nan_e4m3(b1, hi);
                 }
-                const uint a[4] = {qa[2 * b + h][0], 0u, qa[2 * b + h][1], 0u};
+                const uint a[4] = {qa[2 * b + h][0], ql[2 * b + h][0], qa[2 * b + h][1],
+                                   ql[2 * b + h][1]};
                 if (format == FCL_KV_Q8_0)
                     fa_mma_f16(part, a, b0, b1);
                 else
@@ -185,17 +195,25 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             }
             if (format == FCL_KV_Q8_0) {
                 __local const uchar *mine = k_rows + (nb * 8 + 2 * t) * FA_KVD_STRIDE;
+#if FA_KVD_Q32
+                part[0] += part[2], part[1] += part[3];
+#endif
                 s[nb][0] = fma(part[0], fa_kvd_d(mine, b), s[nb][0]);
                 s[nb][1] = fma(part[1], fa_kvd_d(mine + FA_KVD_STRIDE, b), s[nb][1]);
             }
         }
+#if FA_KVD_Q32
+        if (format != FCL_KV_Q8_0)
+            s[nb][0] += s[nb][2], s[nb][1] += s[nb][3];
+#endif
     }
 }
 
 /* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
- * times V's TOKEN scale (0 stays 0). format: V's, a constant of each call site. Returns 0,
- * and adds nothing, where the chunk's V holds a NaN or infinite fp8 code (the caller takes
- * fa_kvd_add_slowly); every lane of the warp must take part. */
+ * times V's TOKEN scale (0 stays 0); with FA_KVD_Q32 as two f16 parts, two products. format:
+ * V's, a constant of each call site. Returns 0, and adds nothing, where the chunk's V holds a
+ * NaN or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
+ * take part. */
 FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*pw)[2],
                                                   __local const uchar *v_rows, uint format,
                                                   uint lane)
@@ -213,16 +231,21 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
         }
     if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
         return 0;
-    uint bf[2] = {fcl_nv_pack_f16(pw[0][0], pw[0][1]), fcl_nv_pack_f16(pw[1][0], pw[1][1])};
+    uint bf[2], bl[2] = {0u, 0u}; /* P's B fragments: big parts, and small ones */
     #pragma unroll
     for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
-        if (format == FCL_KV_Q8_0) { /* P times each key's d of this block */
-            float d[4];
+        if (b == 0 || format == FCL_KV_Q8_0) { /* q8_0: P times each key's d of this block */
+            float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};
             #pragma unroll
-            for (uint k = 0; k < 4; k++)
+            for (uint k = 0; k < 4 && format == FCL_KV_Q8_0; k++)
                 d[k] = fa_kvd_d(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE, b);
-            bf[0] = fcl_nv_pack_f16(pw[0][0] * d[0], pw[0][1] * d[1]);
-            bf[1] = fcl_nv_pack_f16(pw[1][0] * d[2], pw[1][1] * d[3]);
+            #pragma unroll
+            for (uint nb = 0; nb < 2; nb++)
+#if FA_KVD_Q32
+                bf[nb] = fa_mma_split_f16(pw[nb][0] * d[2 * nb], pw[nb][1] * d[2 * nb + 1], &bl[nb]);
+#else
+                bf[nb] = fcl_nv_pack_f16(pw[nb][0] * d[2 * nb], pw[nb][1] * d[2 * nb + 1]);
+#endif
         }
         #pragma unroll
         for (uint h = 0; h < 2; h++) {
@@ -235,6 +258,8 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
                                    format);
             }
             fa_mma_f16(o[2 * b + h], a, bf[0], bf[1]);
+            if (FA_KVD_Q32)
+                fa_mma_f16(o[2 * b + h], a, bl[0], bl[1]);
         }
     }
     return 1;
@@ -264,7 +289,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
 
 /* One chunk's scores for K of each format: a switch, so that each call site's format is a
  * constant. */
-#define FA_KVD_SCORES(fmt) FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, k_rows, fmt, lane)
+#define FA_KVD_SCORES(fmt) FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, k_rows, fmt, lane)
 #define FA_KVD_ACCUMULATE(fmt) FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, fmt, lane)
 
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
@@ -290,23 +315,50 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         if (w.q0 >= w.s.len_q)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
         const ulong qi = w.q0 + g; /* this lane's row of q and of the scores */
-        const float qk_scale = p->q_scale * w.s.k_scale;
-        const int scale_in_c = !(p->flags & FA_FLAG_SOFTCAP) && qk_scale > 0.0f;
-        const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
 
-        /* q's A fragments: k-step 2b + h holds dims 32b + 8t + 4h .. + 3 of row g */
-        uint qa[FA_KVD_MT][2];
+        /* q's A fragments: k-step 2b + h holds dims 32b + 8t + 4h .. + 3 of row g (qa, rows
+         * 0-7), and with FA_KVD_Q32 the small parts of row g times 2^e (ql, rows 8-15; else
+         * zeros), q_factor 2^-e (fa_mma_f16_exponent over the row's 4 lanes) */
+        uint qa[FA_KVD_MT][2], ql[FA_KVD_MT][2];
+        float q_factor = 1.0f;
         {
             const int inside = qi < w.s.len_q;
-            __global const ushort *q_row = (__global const ushort *)io->q + (inside ? fa_row(p, io, &w.s.q, qi) : 0);
+            const ulong at = inside ? fa_row(p, io, &w.s.q, qi) : 0;
+#if FA_KVD_Q32
+            __global const float *q_row = (__global const float *)io->q + at;
+            float x[FA_KVD_MT][4], top = 0.0f;
+            #pragma unroll
+            for (uint ks = 0; ks < FA_KVD_MT; ks++)
+                #pragma unroll
+                for (uint i = 0; i < 4; i++) {
+                    x[ks][i] = inside ? q_row[ks / 2 * 32 + 8 * t + 4 * (ks % 2) + i] : 0.0f;
+                    top = fmax(top, fabs(x[ks][i]));
+                }
+            top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+            top = fmax(top, fcl_nv_shuffle_xor(top, 2));
+            const int e = fa_mma_f16_exponent(top);
+            q_factor = ldexp(1.0f, -e);
+            #pragma unroll
+            for (uint ks = 0; ks < FA_KVD_MT; ks++)
+                #pragma unroll
+                for (uint i = 0; i < 2; i++)
+                    qa[ks][i] = fa_mma_split_f16(ldexp(x[ks][2 * i], e), ldexp(x[ks][2 * i + 1], e),
+                                                 &ql[ks][i]);
+#else
+            __global const ushort *q_row = (__global const ushort *)io->q + at;
             #pragma unroll
             for (uint ks = 0; ks < FA_KVD_MT; ks++)
                 #pragma unroll
                 for (uint i = 0; i < 2; i++) {
                     const uint d = ks / 2 * 32 + 8 * t + 4 * (ks % 2) + 2 * i;
                     qa[ks][i] = inside ? q_row[d] | (uint)q_row[d + 1] << 16 : 0u;
+                    ql[ks][i] = 0u;
                 }
+#endif
         }
+        const float qk_scale = p->q_scale * w.s.k_scale * q_factor;
+        const int scale_in_c = !(p->flags & FA_FLAG_SOFTCAP) && qk_scale > 0.0f;
+        const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
 
         float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
         float o[FA_KVD_MT][4];
@@ -460,3 +512,4 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_KVD_MT
 #undef FA_KVD_STRIDE
 #undef FA_KVD_CHUNK
+#undef FA_KVD_Q32

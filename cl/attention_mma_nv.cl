@@ -117,6 +117,25 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
     return lo | hi << 16;
 }
 
+/* The power of two e that puts top, a float32 row's largest magnitude, in [2^14, 2^15): the
+ * row times 2^e neither overflows f16 nor loses its small elements to f16's subnormals (a row
+ * of large values) or to 0; 0 for a row of zeros, infinities or NaNs. */
+FCL_INLINE int fa_mma_f16_exponent(float top)
+{
+    return top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -100, 100) : 0;
+}
+
+/* a and b as two f16 pairs: the big parts f16(x) (returned) and the small ones f16(x - big)
+ * into small (0 where the big part is not finite): 22 of float32's 24 bits, as 3xTF32 splits
+ * float32 into TF32 parts. */
+FCL_INLINE uint fa_mma_split_f16(float a, float b, uint *small)
+{
+    const uint big = fcl_nv_pack_f16(a, b);
+    const float2 h = fcl_nv_halves_f16(big);
+    *small = fcl_nv_pack_f16(isfinite(h.x) ? a - h.x : 0.0f, isfinite(h.y) ? b - h.y : 0.0f);
+    return big;
+}
+
 /* x from lane `from` of the warp (every lane must take part). */
 FCL_INLINE uint fa_mma_shuffle_from(uint x, uint from)
 {
@@ -626,11 +645,9 @@ FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ush
 }
 
 #if FA_MMA_Q32
-/* The same fragments of a float32 row x, as two f16 parts (big = f16(x 2^e), small = f16(x 2^e
- * - big): 22 of x's 24 bits, as 3xTF32 splits float32), and 2^-e, the factor of the row's
- * scores: e puts the row's largest magnitude in [2^14, 2^15), so that f16 neither overflows
- * nor loses small elements of large rows (a row of infinities or NaNs keeps e = 0, small
- * parts 0). Every lane of the warp calls it: the row's 4 lanes share their largest. */
+/* The same fragments of a float32 row x, as the big and small f16 parts of x 2^e
+ * (fa_mma_f16_exponent, fa_mma_split_f16), and 2^-e, the factor of the row's scores. Every
+ * lane of the warp calls it: the row's 4 lanes share their largest magnitude. */
 FCL_INLINE float FCL_CAT(fa_mma_q32_row, FA_NAME)(uint (*big)[4], uint (*small)[4],
                                                  __global const float *row, uint r, uint t,
                                                  uint dim)
@@ -646,18 +663,14 @@ FCL_INLINE float FCL_CAT(fa_mma_q32_row, FA_NAME)(uint (*big)[4], uint (*small)[
         }
     top = fmax(top, fcl_nv_shuffle_xor(top, 1));
     top = fmax(top, fcl_nv_shuffle_xor(top, 2));
-    const int e = top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -100, 100) : 0;
+    const int e = fa_mma_f16_exponent(top);
     #pragma unroll
     for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++)
         #pragma unroll
-        for (uint i = 0; i < 2; i++) {
-            const float a = ldexp(x[ks][2 * i], e), b = ldexp(x[ks][2 * i + 1], e);
-            const uint hi = fcl_nv_pack_f16(a, b);
-            const float2 h = fcl_nv_halves_f16(hi);
-            big[ks][2 * i + r % 2] = hi;
-            small[ks][2 * i + r % 2] = fcl_nv_pack_f16(isfinite(h.x) ? a - h.x : 0.0f,
-                                                       isfinite(h.y) ? b - h.y : 0.0f);
-        }
+        for (uint i = 0; i < 2; i++)
+            big[ks][2 * i + r % 2] = fa_mma_split_f16(ldexp(x[ks][2 * i], e),
+                                                      ldexp(x[ks][2 * i + 1], e),
+                                                      &small[ks][2 * i + r % 2]);
     return ldexp(1.0f, -e);
 }
 #endif
@@ -760,10 +773,10 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
             for (uint i = 0; i < 4; i++) { /* blocks 2kk, 2kk + 1; elements 0-1, 2-3 */
                 const float a = s[mt][2 * kk + i / 2][2 * (i % 2)];
                 const float b = s[mt][2 * kk + i / 2][2 * (i % 2) + 1];
-                pf[mt][i] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(a, b);
 #if FA_MMA_Q32
-                const float2 h = fcl_nv_halves_f16(pf[mt][i]);
-                pf[FA_MMA_MT + mt][i] = fcl_nv_pack_f16(a - h.x, b - h.y);
+                pf[mt][i] = fa_mma_split_f16(a, b, &pf[FA_MMA_MT + mt][i]);
+#else
+                pf[mt][i] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(a, b);
 #endif
             }
         const uint matrix = lane / 8;

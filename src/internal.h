@@ -102,9 +102,10 @@ typedef struct fcl_nv_kernels {
     fcl_unit decode_unit[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
     cl_kernel mma[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel mma_rows[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
-    /* ... the 8-bit K/V decode kernel (cl/attention_decode_kv_nv.cl), in the f16 _kv unit,
-     * and whether the planner may take it (FLASHCL_TUNE=attention_kv_decode=0: no) */
-    cl_kernel kv_decode[FCL_MMA_BUCKETS];
+    /* ... the 8-bit K/V decode kernel (cl/attention_decode_kv_nv.cl) for f16 q ([0]) and
+     * float32 q ([1]), in the f16 _kv unit, and whether the planner may take it
+     * (FLASHCL_TUNE=attention_kv_decode=0: no) */
+    cl_kernel kv_decode[2][FCL_MMA_BUCKETS];
     int kv_decode_on;
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */

@@ -75,13 +75,13 @@ static char *mma_source(const nv_parts *p)
                 for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
                     if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv))
                         add_mma_build(&t, b, kind, rows, kv);
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++) /* the 8-bit K/V decode kernel, with f16's _kv */
-        if ((p->mma[1][b] >> FCL_MMA_F16) & 1)
-            fcl_text_add(&t, "#define FA_NAME kvdec_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                             "#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) /* the 8-bit K/V decode kernels, with f16's _kv */
+        for (int q32 = 0; q32 <= 1 && ((p->mma[1][b] >> FCL_MMA_F16) & 1); q32++)
+            fcl_text_add(&t, "#define FA_NAME kvdec%s_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                             "#define FA_KVD_Q32 %d\n#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
                              "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-                         fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b), FA_FEATURES_KV,
-                         fcl_cl_attention_decode_kv_nv);
+                         q32 ? "_q32" : "", fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b),
+                         FA_FEATURES_KV, q32, fcl_cl_attention_decode_kv_nv);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if ((p->decode[b] >> v) & 1)
@@ -292,16 +292,17 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
                                  fcl_plan_mma_shape(b, kind, rows, kv).warps * 32, &fits, why,
                                  sizeof why);
     }
-    if (s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16) {
-        snprintf(name, sizeof name, "attention_kvdec_d%zu", dim);
-        s = create_nv_kernel(ctx, u->program, name, &ctx->nv.kv_decode[b],
+    for (int q32 = 0; q32 <= 1 && s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16; q32++) {
+        snprintf(name, sizeof name, "attention_kvdec%s_d%zu", q32 ? "_q32" : "", dim);
+        s = create_nv_kernel(ctx, u->program, name, &ctx->nv.kv_decode[q32][b],
                              (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
     }
     if (s != FCL_SUCCESS || !fits) {
         fcl_release_kernel(&ctx->nv.mma[kv][b][kind]);
         fcl_release_kernel(&ctx->nv.mma_rows[kv][b][kind]);
         if (kv && kind == FCL_MMA_F16)
-            fcl_release_kernel(&ctx->nv.kv_decode[b]);
+            for (int q32 = 0; q32 <= 1; q32++)
+                fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
     }
     snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
              kv ? " on K/V formats" : "", dim);
@@ -366,11 +367,13 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
     *kernel = NULL;
     const int kv = v == FCL_ATTENTION_KV;
     if (l->path == FCL_ATTENTION_PATH_MMA && (v == FCL_ATTENTION_ALL || kv)) {
-        if (!ctx->nv.mma_unit[kv][b][l->mma_kind].state)
-            s = build_mma(ctx, b, l->mma_kind, kv);
-        if (ctx->nv.mma_unit[kv][b][l->mma_kind].state == 1)
-            *kernel = l->kv_decode ? ctx->nv.kv_decode[b]
-                                   : (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][l->mma_kind];
+        /* the 8-bit decode kernels (mma_kind f16 or f16q32) are in the f16 _kv unit */
+        const int unit = l->kv_decode ? FCL_MMA_F16 : l->mma_kind;
+        if (!ctx->nv.mma_unit[kv][b][unit].state)
+            s = build_mma(ctx, b, unit, kv);
+        if (ctx->nv.mma_unit[kv][b][unit].state == 1)
+            *kernel = l->kv_decode ? ctx->nv.kv_decode[l->mma_kind == FCL_MMA_F16_Q32][b]
+                                   : (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][unit];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);
@@ -386,7 +389,8 @@ static void nv_release(fcl_context *ctx)
     fcl_release_unit(&ctx->nv.softmax_unit);
     fcl_release_unit(&ctx->nv.check_unit);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        fcl_release_kernel(&ctx->nv.kv_decode[b]);
+        fcl_release_kernel(&ctx->nv.kv_decode[0][b]);
+        fcl_release_kernel(&ctx->nv.kv_decode[1][b]);
         for (int k = 0; k < FCL_MMA_KINDS; k++)
             for (int kv = 0; kv <= 1; kv++) {
                 fcl_release_kernel(&ctx->nv.mma[kv][b][k]);

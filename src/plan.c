@@ -583,7 +583,8 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * / 0.90-0.93 with 8, against 0.31-0.37 / 0.96-1.11 with 32. */
 #define FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 2 : 4)
 /* ... and of the 8-bit K/V decode kernel: its work-groups of 2 warps, 156 registers a lane and
- * 32 KiB of local memory at head dim 128 (ptxas, H200), 6 to an SM (at 256, not measured, 4).
+ * 32 KiB of local memory at head dim 128 (ptxas, H200), 6 to an SM (at 256, 4: B8 H32/8 at
+ * 32K keys q8_0 0.560 ms, int8 0.518, against f16's 0.677; other counts not measured).
  * Splits for a wave of 4 work-groups of 4 warps where 3 fitted left a second wave of 116: H200,
  * B8 H32/8 q8_0 at 32K keys, 8 splits 0.504 ms, 6 splits 0.397, 24 and 48 0.428 and 0.442;
  * 2 warps with 3 chunks each then 0.379 (12 splits), and B8 H32 1.40 ms (4 warps: 1.79). */
@@ -1142,8 +1143,8 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
     return 1;
 }
 
-/* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 q, K and V each in
- * q8_0, int8 or fp8, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
+/* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 or float32 q, K and V
+ * each in q8_0, int8 or fp8, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
 static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
 {
     const size_t dim = fcl_attention_bucket_dim(bucket);
@@ -1152,8 +1153,8 @@ static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
         if (f != FCL_KV_Q8_0 && f != FCL_KV_INT8 && f != FCL_KV_FP8_E4M3 && f != FCL_KV_FP8_E5M2)
             return 0;
     }
-    return d->dtype_q == FCL_DTYPE_F16 && d->head_dim == dim && d->head_dim_v == dim &&
-           d->len_q <= FA_KVD_ROWS;
+    return (d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_F32) && d->head_dim == dim &&
+           d->head_dim_v == dim && d->len_q <= FA_KVD_ROWS;
 }
 
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
@@ -1167,7 +1168,7 @@ int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention
                         FCL_KV_DECODE_GROUPS_PER_CU(bucket), launch) != FCL_SUCCESS)
             return 0;
         launch->gqa_rows = launch->kv_decode = 1;
-        launch->mma_kind = FCL_MMA_F16;
+        launch->mma_kind = d->dtype_q == FCL_DTYPE_F32 ? FCL_MMA_F16_Q32 : FCL_MMA_F16;
         return 1;
     }
     return plan_tensor_cores(info, d, bucket, 1, launch);

@@ -598,6 +598,60 @@ static void test_mma_kv_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Float32 q over 8-bit K and V as GQA rows (llama.cpp's decoding types) on the 8-bit decode
+ * kernel's float32 build, at every bucket's head dim: raw q8_0 bytes, HEAD and TOKEN scales,
+ * softcap and a split, NaN and infinite V codes (the slow path), a shuffled paged cache; q
+ * at 2^17 and 2^-30 times its size, with K's TENSOR scale the inverse (the same scores): f16
+ * parts of q alone would overflow or vanish. Float32 q over a 4-bit K stays portable. */
+static void test_kv_decode_f32_q_matches(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const fcl_kv_scale none = FCL_KV_SCALE_NONE;
+    const fcl_attention_path mma = FCL_ATTENTION_PATH_MMA;
+    const fcl_attention_desc rows = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 300, .head_dim = 64,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = FCL_DTYPE_F32};
+    fcl_attention_desc rows128 = rows, one_head = rows;
+    rows128.head_dim = 128, rows128.softcap = 20.0f, rows128.kv_splits = 2;
+    one_head.heads_q = one_head.heads_kv = 3, one_head.head_dim = 256;
+    one_head.causal = FCL_CAUSAL_NONE;
+    check_kv_case(portable, rows, FCL_KV_Q8_0, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, rows128, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA,
+                  FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
+    check_kv_case(portable, one_head, FCL_KV_FP8_E5M2, FCL_KV_Q8_0, KV_FROM_DATA, none, none, 0, mma);
+    check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
+    check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none, none, 1, mma);
+    static const int exponents[2] = {17, -30};
+    for (int i = 0; i < 2; i++) {
+        attention_run r = {.d = rows128};
+        r.d.format_k = r.d.format_v = FCL_KV_INT8;
+        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
+        r.d.k_scale = ldexpf(0.03f, -exponents[i]), r.d.v_scale = 0.03f;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        for (size_t e = 0; e < r.q_n; e++)
+            ((float *)r.io.q)[e] = ldexpf(((float *)r.io.q)[e], exponents[i]);
+        check_kv_both(portable, &r, mma);
+        kv_free_run(&r);
+    }
+    attention_run r = {.d = rows};
+    static const int32_t lens[3] = {290, 0, 37};
+    int32_t *table;
+    r.d.page_size = 16;
+    r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
+    attention_paged_inputs(&r, lens, &table);
+    kv_recode(&r, KV_FROM_DATA);
+    kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
+    check_kv_both(portable, &r, mma);
+    kv_free_run(&r);
+    free(table);
+    fcl_attention_desc q4 = rows;
+    q4.format_k = FCL_KV_Q4_0, q4.format_v = FCL_KV_Q8_0;
+    assert_int_not_equal(path_of(support_ctx, &q4), mma);
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -687,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_decode_nv_features_match),
         cmocka_unit_test(test_gqa_decode_rows_match),
         cmocka_unit_test(test_mma_kv_matches),
+        cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);

@@ -739,6 +739,11 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l));
     assert_true(l.kv_decode && l.gqa_rows && l.block_q == 8 && l.block_kv == 32 &&
                 l.work_group_size == 64 && l.mma_kind == FCL_MMA_F16 && l.splits == 12);
+    coded.dtype_q = FCL_DTYPE_F32; /* float32 q: the kernel's f16q32 build */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && l.kv_decode &&
+                l.mma_kind == FCL_MMA_F16_Q32 && l.block_q == 8);
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l)); /* no _kv build for it */
+    coded.dtype_q = FCL_DTYPE_F16;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l));
     assert_true(!l.kv_decode && l.gqa_rows && l.block_q == 16);
     coded.format_k = FCL_KV_Q4_0;
