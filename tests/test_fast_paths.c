@@ -512,6 +512,25 @@ static void check_kv_case(fcl_context *portable, fcl_attention_desc d, unsigned 
     kv_free_run(&r);
 }
 
+/* d (3 sequences, 300 keys) on a shuffled paged cache of 16-token pages with lengths 290, 0
+ * and 37: int8 K with TOKEN scales paged with it, q8_0 V, on the tensor cores. */
+static void check_kv_paged(fcl_context *portable, fcl_attention_desc d)
+{
+    attention_run r = {.d = d};
+    static const int32_t lens[3] = {290, 0, 37};
+    int32_t *table;
+    assert_true(d.batch == 3);
+    r.d.page_size = 16;
+    r.d.len_kv = 300;
+    r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
+    attention_paged_inputs(&r, lens, &table);
+    kv_recode(&r, KV_FROM_DATA);
+    kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
+    check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+    kv_free_run(&r);
+    free(table);
+}
+
 /* NVIDIA's tensor-core kernels on K/V formats (the _kv builds, decoding each tile into q's
  * 16-bit type): every coded format for K and V, from data and from random bytes, with f16
  * and bf16 q, in prefill (bottom-right causal, head dim 128), GQA decoding as rows (groups of
@@ -581,19 +600,7 @@ static void test_mma_kv_matches(void **state)
         fcl_attention_desc window = prefill;
         window.window = 1, window.window_left = 40, window.window_right = 3;
         check_kv_case(portable, window, FCL_KV_Q5_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 0, mma);
-        /* a shuffled paged cache, GQA decoding, TOKEN scales paged with it */
-        attention_run r = {.d = rows};
-        static const int32_t lens[3] = {290, 0, 37};
-        int32_t *table;
-        r.d.page_size = 16;
-        r.d.len_kv = 300;
-        r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
-        attention_paged_inputs(&r, lens, &table);
-        kv_recode(&r, KV_FROM_DATA);
-        kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
-        check_kv_both(portable, &r, mma);
-        kv_free_run(&r);
-        free(table);
+        check_kv_paged(portable, rows);
     }
     fcl_context_destroy(portable);
 }
@@ -635,17 +642,7 @@ static void test_kv_decode_f32_q_matches(void **state)
         check_kv_both(portable, &r, mma);
         kv_free_run(&r);
     }
-    attention_run r = {.d = rows};
-    static const int32_t lens[3] = {290, 0, 37};
-    int32_t *table;
-    r.d.page_size = 16;
-    r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
-    attention_paged_inputs(&r, lens, &table);
-    kv_recode(&r, KV_FROM_DATA);
-    kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
-    check_kv_both(portable, &r, mma);
-    kv_free_run(&r);
-    free(table);
+    check_kv_paged(portable, rows);
     fcl_attention_desc q4 = rows;
     q4.format_k = FCL_KV_Q4_0, q4.format_v = FCL_KV_Q8_0;
     assert_int_not_equal(path_of(support_ctx, &q4), mma);
