@@ -1,6 +1,6 @@
-/* Decoding from 8-bit K/V caches on NVIDIA's tensor cores: GQA rows (fcl_attention_gqa_rows:
- * up to 8 query rows of one kv head, len_q 1) of f16 or float32 q over K and V each in q8_0,
- * int8, fp8 E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the
+/* Decoding from 8-bit (and q4_0) K/V caches on NVIDIA's tensor cores: GQA rows
+ * (fcl_attention_gqa_rows: up to 8 query rows of one kv head, len_q 1) of f16 or float32 q
+ * over K and V each in q8_0, q4_0, int8, fp8 E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the
  * tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
  * with the portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
@@ -20,10 +20,11 @@
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
  *       dims 32b + 8t + 4h .. + 3 from lane t, so that each k-step lies in one 32-dim block
- *       (ggml's q8_0 d applied per block in float32) and a lane reads 4 bytes a k-step;
+ *       (ggml's d applied per block in float32) and a lane reads 4 codes a k-step (q4_0:
+ *       4 bytes' low or high nibbles);
  *   O^T = V^T P^T (V's codes as A, P as B, the rows as the 8 columns): m-tile 2b + h takes
  *       dims 32b + 4g + 2h (its row g) and + 1 (row g + 8) from lane g, so that a lane reads
- *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (q8_0's d joins P)
+ *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (ggml's d joins P)
  *       and P's B fragment is the scores' accumulator as it stands.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
@@ -77,7 +78,7 @@ FCL_INLINE uint fa_kvd_word(__local const uchar *row, uint at)
 }
 
 /* Two byte codes, bytes 0 and 2 of x, as an f16 pair (exact; the other bytes are ignored):
- * fa_kv_codes8_fast_f16's conversions. An E4M3 NaN code (0x7f, 0xff) comes out finite here:
+ * fa_kv_codes8_fast_f16's conversions (q4_0's nibble n as f16(1024 + n) - 1032). An E4M3 NaN code (0x7f, 0xff) comes out finite here:
  * fa_kvd_nan_e4m3 marks it. */
 FCL_INLINE uint fa_kvd_pair(uint x, uint format)
 {
@@ -87,6 +88,8 @@ FCL_INLINE uint fa_kvd_pair(uint x, uint format)
         const uint t = (x << 8) & 0xff00ff00u;
         return fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
     }
+    if (format == FCL_KV_Q4_0)
+        return fa_f16x2_sub((x & 0x00ff00ffu) | 0x64006400u, 0x64086408u);
     return fa_f16x2_sub(((x & 0x00ff00ffu) ^ 0x00800080u) | 0x64006400u, 0x64806480u);
 }
 
@@ -106,17 +109,26 @@ FCL_INLINE uint fa_kvd_nonfinite(uint w, uint format)
     return format == FCL_KV_FP8_E4M3 || e5m2 ? ((w & top) + one) & 0x80808080u : 0u;
 }
 
-/* The byte of a row where value in_block of its 32-value block `block` is: q8_0 blocks of 34
- * bytes (a 2-byte d, then 32 codes), or a byte a value. */
-FCL_INLINE uint fa_kvd_at(uint format, uint block, uint in_block)
+/* Whether a format comes in ggml blocks of 32 values with a d each (q8_0, q4_0). */
+FCL_INLINE int fa_kvd_blocks(uint format) { return format == FCL_KV_Q8_0 || format == FCL_KV_Q4_0; }
+
+/* The codes of values v .. v + 3 (v a multiple of 4) of 32-value block `block` of a staged row,
+ * a byte each: q8_0's (blocks of 34 bytes: a 2-byte d, then 32 codes) and the 8-bit formats'
+ * bytes, q4_0's nibbles as 0-15 (blocks of 18 bytes: d, then value j < 16 in the low nibble of
+ * byte j and j + 16 in its high nibble, ggml's layout). */
+FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, uint v)
 {
-    return format == FCL_KV_Q8_0 ? block * 34 + 2 + in_block : block * 32 + in_block;
+    if (format == FCL_KV_Q4_0) {
+        const uint w = fa_kvd_word(row, block * 18 + 2 + v % 16);
+        return (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
+    }
+    return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v);
 }
 
-/* A q8_0 row's d of a block. */
-FCL_INLINE float fa_kvd_d(__local const uchar *row, uint block)
+/* A q8_0 or q4_0 row's d of a block. */
+FCL_INLINE float fa_kvd_d(__local const uchar *row, uint format, uint block)
 {
-    return vload_half(0, (__local const half *)(row + block * 34));
+    return vload_half(0, (__local const half *)(row + block * (format == FCL_KV_Q4_0 ? 18 : 34)));
 }
 #endif /* FA_KVD_HELPERS */
 
@@ -179,7 +191,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
             for (uint h = 0; h < 2; h++) {
-                const uint x = fa_kvd_word(row + 8 * t, fa_kvd_at(format, b, 4 * h));
+                const uint x = fa_kvd_codes(row, format, b, 8 * t + 4 * h);
                 const uint lo = fa_prmt(x, 0x4140u), hi = fa_prmt(x, 0x4342u); /* codes 0, 1 and 2, 3 */
                 uint b0 = fa_kvd_pair(lo, format), b1 = fa_kvd_pair(hi, format);
                 if (format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
@@ -188,22 +200,22 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
                 }
                 const uint a[4] = {qa[2 * b + h][0], ql[2 * b + h][0], qa[2 * b + h][1],
                                    ql[2 * b + h][1]};
-                if (format == FCL_KV_Q8_0)
+                if (fa_kvd_blocks(format))
                     fa_mma_f16(part, a, b0, b1);
                 else
                     fa_mma_f16(s[nb], a, b0, b1);
             }
-            if (format == FCL_KV_Q8_0) {
+            if (fa_kvd_blocks(format)) {
                 __local const uchar *mine = k_rows + (nb * 8 + 2 * t) * FA_KVD_STRIDE;
 #if FA_KVD_Q32
                 part[0] += part[2], part[1] += part[3];
 #endif
-                s[nb][0] = fma(part[0], fa_kvd_d(mine, b), s[nb][0]);
-                s[nb][1] = fma(part[1], fa_kvd_d(mine + FA_KVD_STRIDE, b), s[nb][1]);
+                s[nb][0] = fma(part[0], fa_kvd_d(mine, format, b), s[nb][0]);
+                s[nb][1] = fma(part[1], fa_kvd_d(mine + FA_KVD_STRIDE, format, b), s[nb][1]);
             }
         }
 #if FA_KVD_Q32
-        if (format != FCL_KV_Q8_0)
+        if (!fa_kvd_blocks(format))
             s[nb][0] += s[nb][2], s[nb][1] += s[nb][3];
 #endif
     }
@@ -226,7 +238,7 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
         #pragma unroll
         for (uint k = 0; k < 4; k++) {
             __local const uchar *row = v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE;
-            x[b][k] = fa_kvd_word(row + 4 * g, fa_kvd_at(format, b, 0));
+            x[b][k] = fa_kvd_codes(row, format, b, 4 * g);
             bad |= fa_kvd_nonfinite(x[b][k], format);
         }
     if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
@@ -234,11 +246,11 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
     uint bf[2], bl[2] = {0u, 0u}; /* P's B fragments: big parts, and small ones */
     #pragma unroll
     for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
-        if (b == 0 || format == FCL_KV_Q8_0) { /* q8_0: P times each key's d of this block */
+        if (b == 0 || fa_kvd_blocks(format)) { /* blocks: P times each key's d of this one */
             float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};
             #pragma unroll
-            for (uint k = 0; k < 4 && format == FCL_KV_Q8_0; k++)
-                d[k] = fa_kvd_d(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE, b);
+            for (uint k = 0; k < 4 && fa_kvd_blocks(format); k++)
+                d[k] = fa_kvd_d(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE, format, b);
             #pragma unroll
             for (uint nb = 0; nb < 2; nb++)
 #if FA_KVD_Q32
@@ -397,6 +409,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             float s[2][4];
             if (fk == FCL_KV_Q8_0)
                 FA_KVD_SCORES(FCL_KV_Q8_0);
+            else if (fk == FCL_KV_Q4_0)
+                FA_KVD_SCORES(FCL_KV_Q4_0);
             else if (fk == FCL_KV_INT8)
                 FA_KVD_SCORES(FCL_KV_INT8);
             else if (fk == FCL_KV_FP8_E4M3)
@@ -452,6 +466,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             int fast = 1;
             if (fv == FCL_KV_Q8_0)
                 fast = FA_KVD_ACCUMULATE(FCL_KV_Q8_0);
+            else if (fv == FCL_KV_Q4_0)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_Q4_0);
             else if (fv == FCL_KV_INT8)
                 fast = FA_KVD_ACCUMULATE(FCL_KV_INT8);
             else if (fv == FCL_KV_FP8_E4M3)
