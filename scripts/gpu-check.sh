@@ -71,6 +71,10 @@ kv="--attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16 --attentio
 for format in f16 q8_0 q4_0 fp8_e4m3 int8; do
   # shellcheck disable=SC2086 # $kv is a list of options
   build/tools/flashcl-bench --dtype f16 --kv $format $kv --json > "$out/bench-kv-$format.json" || status=1
+  # ... with float32 q (llama.cpp's types: f16 K/V on the tensor cores, the coded ones decoded)
+  # shellcheck disable=SC2086
+  build/tools/flashcl-bench --dtype f32 --kv $format $kv --json > "$out/bench-kv-f32q-$format.json" ||
+    status=1
 done
 # shellcheck disable=SC2086
 FLASHCL_TUNE=attention_kv_decode=0 build/tools/flashcl-bench --dtype f16 --kv q8_0 $kv --json \
