@@ -421,11 +421,12 @@ static void test_decode_nv_features_match(void **state)
 }
 
 /* Decoding one query row with GQA groups in f16, bf16 and float32 q over f16 K and V (up to
- * head dim 128; float32 keeps the portable decode kernel: test_mma_path_is_planned_where_it_runs):
- * the group's heads as rows of one kv head on the tensor cores, two warps a row tile with half the keys each (lse, bottom-right
- * causality, softcap, split-KV, store_hard_decode_values's NaN key and infinite and NaN
- * queries, a shuffled paged cache with an empty sequence); the features that depend on the
- * query's position or head keep the portable decode kernel. */
+ * head dim 128; float32 keeps the portable decode kernel:
+ * test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv head on the
+ * tensor cores, two warps a row tile with half the keys each (lse, bottom-right causality,
+ * softcap, split-KV, store_hard_decode_values's NaN key and infinite and NaN queries, a
+ * shuffled paged cache with an empty sequence); the features that depend on the query's
+ * position or head keep the portable decode kernel. */
 static void test_gqa_decode_rows_match(void **state)
 {
     (void)state;
