@@ -533,9 +533,10 @@ void fa_load_row(__private float *dst, __global const void *src, uint dtype, ulo
         for (uint d = 0; d < n; d++)                                                           \
             dst[d] = FCL_CAT(fcl_kv_decode, name)(src, row, d) * scale;                        \
         break;
-/* q8_0 and q4_0 rows a block at a time: d times the scale once for its 32 values (the value
- * decoders read d for each and scale each product: the same values but the product's rounding
- * where the scale is not 1); n a multiple of 32, as block formats' head dims are. */
+/* ggml rows a block at a time: d (and m) times the scale once for its 32 values (the value
+ * decoders read them for each value and scale each product: the same values but the
+ * product's rounding where the scale is not 1); n a multiple of 32, as block formats' head
+ * dims are. */
 FCL_INLINE void fa_load_q8_0_row(__private float *dst, __global const uchar *b, uint n, float scale)
 {
     for (uint d0 = 0; d0 < n; d0 += 32, b += 34) {
@@ -544,14 +545,39 @@ FCL_INLINE void fa_load_q8_0_row(__private float *dst, __global const uchar *b, 
             dst[d0 + e] = f * (float)((__global const char *)b)[2 + e];
     }
 }
-FCL_INLINE void fa_load_q4_0_row(__private float *dst, __global const uchar *b, uint n, float scale)
+/* ... the 4- and 5-bit blocks (format a constant of each call site, so that each inlined copy
+ * keeps one plain loop): value e < 16 from byte e's low nibble, e + 16 from its high one, each
+ * with its fifth bit from the block's little-endian uint32 qh (q5_x; 2-byte aligned: read by
+ * bytes); d (code - bias) + m, or iq4_nl's table value times d. */
+FCL_INLINE void fa_load_nibble_row(__private float *dst, __global const uchar *b, uint n,
+                                   float scale, uint format)
 {
-    for (uint d0 = 0; d0 < n; d0 += 32, b += 18) {
+    const uint bytes = format == FCL_KV_Q4_1 ? 20 : format == FCL_KV_Q5_0 ? 22
+                       : format == FCL_KV_Q5_1 ? 24 : 18;
+    const uint qh_at = format == FCL_KV_Q5_0 ? 2 : 4, qs = bytes - 16;
+    const int has_m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1;
+    const int has_qh = format == FCL_KV_Q5_0 || format == FCL_KV_Q5_1;
+    const int bias = format == FCL_KV_Q4_0 ? 8 : format == FCL_KV_Q5_0 ? 16 : 0;
+    for (uint d0 = 0; d0 < n; d0 += 32, b += bytes) {
         const float f = fcl_block_half(b, 0) * scale;
+        const float m = has_m ? fcl_block_half(b, 2) * scale : 0.0f;
+        const uint qh = has_qh ? b[qh_at] | (uint)b[qh_at + 1] << 8 | (uint)b[qh_at + 2] << 16 |
+                                     (uint)b[qh_at + 3] << 24
+                               : 0u;
         for (uint e = 0; e < 16; e++) {
-            const uint q = b[2 + e];
-            dst[d0 + e] = f * (float)((int)(q & 15u) - 8);
-            dst[d0 + 16 + e] = f * (float)((int)(q >> 4) - 8);
+            const uint q = b[qs + e];
+            const uint lo = (q & 15u) | ((qh >> e) & 1u) << 4;
+            const uint hi = (q >> 4) | ((qh >> (e + 16)) & 1u) << 4;
+            if (format == FCL_KV_IQ4_NL) {
+                dst[d0 + e] = f * fcl_iq4_nl_values[lo];
+                dst[d0 + 16 + e] = f * fcl_iq4_nl_values[hi];
+            } else if (has_m) { /* signed conversions: AVX2 has no unsigned one */
+                dst[d0 + e] = fma(f, (float)(int)lo, m);
+                dst[d0 + 16 + e] = fma(f, (float)(int)hi, m);
+            } else { /* no fma with 0: its sum would not fold away (-0 + 0) */
+                dst[d0 + e] = f * (float)((int)lo - bias);
+                dst[d0 + 16 + e] = f * (float)((int)hi - bias);
+            }
         }
     }
 }
@@ -563,10 +589,19 @@ FCL_INLINE void fa_load_kv_row(__private float *dst, const fa_params *p, const f
     const ulong row = fa_row_at(v ? &s->v : &s->k, at);
     const float scale = n ? fa_kv_row_scale(p, io, s, v, at) : 0.0f;
     const uint format = v ? p->format_v : p->format_k;
+    /* a call for each nibble format: each inlined with its format a constant */
     if (format == FCL_KV_Q8_0)
         fa_load_q8_0_row(dst, src + row, n, scale);
     else if (format == FCL_KV_Q4_0)
-        fa_load_q4_0_row(dst, src + row, n, scale);
+        fa_load_nibble_row(dst, src + row, n, scale, FCL_KV_Q4_0);
+    else if (format == FCL_KV_Q4_1)
+        fa_load_nibble_row(dst, src + row, n, scale, FCL_KV_Q4_1);
+    else if (format == FCL_KV_Q5_0)
+        fa_load_nibble_row(dst, src + row, n, scale, FCL_KV_Q5_0);
+    else if (format == FCL_KV_Q5_1)
+        fa_load_nibble_row(dst, src + row, n, scale, FCL_KV_Q5_1);
+    else if (format == FCL_KV_IQ4_NL)
+        fa_load_nibble_row(dst, src + row, n, scale, FCL_KV_IQ4_NL);
     else switch (format) {
     FCL_KV_FORMATS(FA_KV_ROW_CASE)
     default:
