@@ -69,6 +69,26 @@ uint fcl_block_nibble(__global const uchar *qs, uint i)
 /* ... its fifth bit, bit i of the little-endian uint32 qh (read by bytes: 2-byte aligned) */
 uint fcl_block_high_bit(__global const uchar *qh, uint i) { return (qh[i / 8] >> (i % 8)) & 1u; }
 
+/* Where a 4- or 5-bit ggml block (q4_0, q4_1, q5_0, q5_1, iq4_nl) keeps its parts: its bytes,
+ * the first of its 16 code bytes, its qh (q5_x: the codes' fifth bits, a little-endian uint32;
+ * 0: none), whether m (a half) follows d, and the centre of its codes (8, or 16 with a fifth
+ * bit). The one spelling of the layouts for the readers a block at a time (the rows kernel's
+ * loader, the tensor-core kernels'). */
+typedef struct {
+    uint bytes, qs, qh, has_m, centre;
+} fcl_nibble_layout;
+FCL_INLINE fcl_nibble_layout fcl_nibble_layout_of(uint format)
+{
+    fcl_nibble_layout l = {18, 2, 0, 0, 8};
+    if (format == FCL_KV_Q4_1)
+        l.bytes = 20, l.qs = 4, l.has_m = 1;
+    else if (format == FCL_KV_Q5_0)
+        l.bytes = 22, l.qs = 6, l.qh = 2, l.centre = 16;
+    else if (format == FCL_KV_Q5_1)
+        l.bytes = 24, l.qs = 8, l.qh = 4, l.has_m = 1, l.centre = 16;
+    return l;
+}
+
 float fcl_kv_decode_q8_0(__global const uchar *src, ulong row, uint d)
 {
     __global const uchar *b = src + row + d / 32 * 34;
@@ -548,24 +568,21 @@ FCL_INLINE void fa_load_q8_0_row(__private float *dst, __global const uchar *b, 
 /* ... the 4- and 5-bit blocks (format a constant of each call site, so that each inlined copy
  * keeps one plain loop): value e < 16 from byte e's low nibble, e + 16 from its high one, each
  * with its fifth bit from the block's little-endian uint32 qh (q5_x; 2-byte aligned: read by
- * bytes); d (code - bias) + m, or iq4_nl's table value times d. */
+ * bytes); d (code - centre) + m where there is no m, d code + m where there is, or iq4_nl's
+ * table value times d. */
 FCL_INLINE void fa_load_nibble_row(__private float *dst, __global const uchar *b, uint n,
                                    float scale, uint format)
 {
-    const uint bytes = format == FCL_KV_Q4_1 ? 20 : format == FCL_KV_Q5_0 ? 22
-                       : format == FCL_KV_Q5_1 ? 24 : 18;
-    const uint qh_at = format == FCL_KV_Q5_0 ? 2 : 4, qs = bytes - 16;
-    const int has_m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1;
-    const int has_qh = format == FCL_KV_Q5_0 || format == FCL_KV_Q5_1;
-    const int bias = format == FCL_KV_Q4_0 ? 8 : format == FCL_KV_Q5_0 ? 16 : 0;
-    for (uint d0 = 0; d0 < n; d0 += 32, b += bytes) {
+    const fcl_nibble_layout l = fcl_nibble_layout_of(format);
+    const int has_m = l.has_m, bias = l.has_m ? 0 : (int)l.centre;
+    for (uint d0 = 0; d0 < n; d0 += 32, b += l.bytes) {
         const float f = fcl_block_half(b, 0) * scale;
         const float m = has_m ? fcl_block_half(b, 2) * scale : 0.0f;
-        const uint qh = has_qh ? b[qh_at] | (uint)b[qh_at + 1] << 8 | (uint)b[qh_at + 2] << 16 |
-                                     (uint)b[qh_at + 3] << 24
-                               : 0u;
+        const uint qh = l.qh ? b[l.qh] | (uint)b[l.qh + 1] << 8 | (uint)b[l.qh + 2] << 16 |
+                                   (uint)b[l.qh + 3] << 24
+                             : 0u;
         for (uint e = 0; e < 16; e++) {
-            const uint q = b[qs + e];
+            const uint q = b[l.qs + e];
             const uint lo = (q & 15u) | ((qh >> e) & 1u) << 4;
             const uint hi = (q >> 4) | ((qh >> (e + 16)) & 1u) << 4;
             if (format == FCL_KV_IQ4_NL) {

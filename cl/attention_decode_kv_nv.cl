@@ -114,21 +114,22 @@ FCL_INLINE int fa_kvd_blocks(uint format) { return format == FCL_KV_Q8_0 || form
 
 /* The codes of values v .. v + 3 (v a multiple of 4) of 32-value block `block` of a staged row,
  * a byte each: q8_0's (blocks of 34 bytes: a 2-byte d, then 32 codes) and the 8-bit formats'
- * bytes, q4_0's nibbles as 0-15 (blocks of 18 bytes: d, then value j < 16 in the low nibble of
+ * bytes, q4_0's nibbles as 0-15 (fcl_nibble_layout_of: value j < 16 in the low nibble of code
  * byte j and j + 16 in its high nibble, ggml's layout). */
 FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, uint v)
 {
     if (format == FCL_KV_Q4_0) {
-        const uint w = fa_kvd_word(row, block * 18 + 2 + v % 16);
+        const fcl_nibble_layout l = fcl_nibble_layout_of(format);
+        const uint w = fa_kvd_word(row, block * l.bytes + l.qs + v % 16);
         return (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
     }
     return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v);
 }
 
-/* A q8_0 or q4_0 row's d of a block. */
+/* A q8_0 or q4_0 row's d of a block (the block's first half). */
 FCL_INLINE float fa_kvd_d(__local const uchar *row, uint format, uint block)
 {
-    return vload_half(0, (__local const half *)(row + block * (format == FCL_KV_Q4_0 ? 18 : 34)));
+    return fa_raw_half(row, block * (format == FCL_KV_Q4_0 ? fcl_nibble_layout_of(format).bytes : 34));
 }
 #endif /* FA_KVD_HELPERS */
 
@@ -330,7 +331,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
         /* q's A fragments: k-step 2b + h holds dims 32b + 8t + 4h .. + 3 of row g (qa, rows
          * 0-7), and with FA_KVD_Q32 the small parts of row g times 2^e (ql, rows 8-15; else
-         * zeros), q_factor 2^-e (fa_mma_f16_exponent over the row's 4 lanes) */
+         * zeros), q_factor 2^-e (fa_mma_f16_exponent of the row's 4 lanes) */
         uint qa[FA_KVD_MT][2], ql[FA_KVD_MT][2];
         float q_factor = 1.0f;
         {
@@ -346,8 +347,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     x[ks][i] = inside ? q_row[ks / 2 * 32 + 8 * t + 4 * (ks % 2) + i] : 0.0f;
                     top = fmax(top, fabs(x[ks][i]));
                 }
-            top = fmax(top, fcl_nv_shuffle_xor(top, 1));
-            top = fmax(top, fcl_nv_shuffle_xor(top, 2));
             const int e = fa_mma_f16_exponent(top);
             q_factor = ldexp(1.0f, -e);
             #pragma unroll

@@ -117,11 +117,14 @@ FCL_INLINE uint fa_mma_global_pair(__global const ushort *row, uint d, uint dim)
     return lo | hi << 16;
 }
 
-/* The power of two e that puts top, a float32 row's largest magnitude, in [2^14, 2^15): the
- * row times 2^e neither overflows f16 nor loses its small elements to f16's subnormals (a row
- * of large values) or to 0; 0 for a row of zeros, infinities or NaNs. */
+/* The power of two e that puts a float32 row's largest magnitude in [2^14, 2^15), the row
+ * held by 4 lanes (t = 0-3 of a group g), top the largest of this lane's part: the row times
+ * 2^e neither overflows f16 nor loses its small elements to f16's subnormals (a row of large
+ * values) or to 0; 0 for a row of zeros, infinities or NaNs. Every lane of the warp calls it. */
 FCL_INLINE int fa_mma_f16_exponent(float top)
 {
+    top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+    top = fmax(top, fcl_nv_shuffle_xor(top, 2));
     return top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -100, 100) : 0;
 }
 
@@ -180,21 +183,14 @@ typedef struct {
 FCL_INLINE fa_nibbles fa_nibble_block(__local const uchar *row, uint format, uint col)
 {
     const uint i = col % 32;
-    uint blk = 18, qs = 2, qh = 0;
+    const fcl_nibble_layout l = fcl_nibble_layout_of(format);
     fa_nibbles n;
-    n.bias = 8;
-    if (format == FCL_KV_Q4_1)
-        blk = 20, qs = 4;
-    else if (format == FCL_KV_Q5_0)
-        blk = 22, qs = 6, qh = 2, n.bias = 16;
-    else if (format == FCL_KV_Q5_1)
-        blk = 24, qs = 8, qh = 4, n.bias = 16;
-    __local const uchar *b = row + col / 32 * blk;
-    n.w[0] = fa_raw_word(b, qs + i % 16), n.w[1] = fa_raw_word(b, qs + i % 16 + 4);
-    n.h = qh ? fa_raw_word(b, qh) >> i : 0;
+    n.bias = l.centre;
+    __local const uchar *b = row + col / 32 * l.bytes;
+    n.w[0] = fa_raw_word(b, l.qs + i % 16), n.w[1] = fa_raw_word(b, l.qs + i % 16 + 4);
+    n.h = l.qh ? fa_raw_word(b, l.qh) >> i : 0;
     n.d = fa_raw_half(b, 0);
-    n.m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1 ? fma((float)n.bias, n.d, fa_raw_half(b, 2))
-                                                         : 0.0f;
+    n.m = l.has_m ? fma((float)n.bias, n.d, fa_raw_half(b, 2)) : 0.0f;
     return n;
 }
 
@@ -647,7 +643,7 @@ FCL_INLINE void FCL_CAT(fa_mma_q_row, FA_NAME)(uint (*qf)[4], __global const ush
 #if FA_MMA_Q32
 /* The same fragments of a float32 row x, as the big and small f16 parts of x 2^e
  * (fa_mma_f16_exponent, fa_mma_split_f16), and 2^-e, the factor of the row's scores. Every
- * lane of the warp calls it: the row's 4 lanes share their largest magnitude. */
+ * lane of the warp calls it. */
 FCL_INLINE float FCL_CAT(fa_mma_q32_row, FA_NAME)(uint (*big)[4], uint (*small)[4],
                                                  __global const float *row, uint r, uint t,
                                                  uint dim)
@@ -661,8 +657,6 @@ FCL_INLINE float FCL_CAT(fa_mma_q32_row, FA_NAME)(uint (*big)[4], uint (*small)[
             x[ks][e] = d < dim ? row[d] : 0.0f;
             top = fmax(top, fabs(x[ks][e]));
         }
-    top = fmax(top, fcl_nv_shuffle_xor(top, 1));
-    top = fmax(top, fcl_nv_shuffle_xor(top, 2));
     const int e = fa_mma_f16_exponent(top);
     #pragma unroll
     for (uint ks = 0; ks < FA_MMA_KSTEPS; ks++)
