@@ -15,8 +15,9 @@
  * The _kv builds decode each tile in local memory between work-group barriers, so that the
  * loads, the decoding and the products of a tile take turns (docs/PERFORMANCE.md). Here each
  * warp takes chunks of 16 keys on its own, with no barrier in the loop: its lanes copy the K
- * and V bytes of the chunks ahead (FA_KVD_STAGES - 1 of them) into the warp's own local memory
- * by cp.async while this chunk's codes are read from there straight into mma fragments, exact
+ * and V rows of the chunks ahead (FA_KVD_STAGES - 1 of them) into the warp's own local memory
+ * by cp.async, 16 bytes a copy from the boundary before each row (fa_kvd_stage), while this
+ * chunk's codes are read from there straight into mma fragments, exact
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
  *       dims 32b + 8t + 4h .. + 3 from lane t, so that each k-step lies in one 32-dim block
@@ -35,10 +36,17 @@
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
 #define FA_KVD_BLOCKS (FA_D / 32)
 #define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
-/* Bytes a staged row: at least q8_0's D / 32 * 34, and 32 more than a multiple of 128, so
- * that the 8 rows and 4 lanes of a K read fall in distinct banks. */
+/* Bytes a staged row: its 16-byte pieces (FA_KVD_PIECES), and 32 more than a multiple of
+ * 128, so that the 8 rows and 4 lanes of a K read fall in distinct banks (where the rows'
+ * leads are the same). */
 #define FA_KVD_STRIDE (FA_D == 256 ? 288 : 160)
 #define FA_KVD_CHUNK (FA_KVD_KEYS * FA_KVD_STRIDE)
+/* 16-byte pieces a staged row: the most that q8_0's rows (the longest, D / 32 * 34 bytes)
+ * span from 12 bytes past a 16-byte boundary */
+#define FA_KVD_PIECES ((FA_D / 32 * 34 + 12 + 15) / 16)
+#if FA_KVD_PIECES * 16 > FA_KVD_STRIDE
+#error "a staged row does not hold its pieces"
+#endif
 #if FA_KVD_W * FA_KVD_S * 2 * FA_KVD_CHUNK > 48 * 1024 - 4096 || FA_D % 32
 #error "the 8-bit decode kernel's local memory does not fit"
 #endif
@@ -133,45 +141,59 @@ FCL_INLINE float fa_kvd_d(__local const uchar *row, uint format, uint block)
 }
 #endif /* FA_KVD_HELPERS */
 
-/* Copies chunk kb's K and V rows' bytes (rows of rb_k and rb_v bytes, chunk_k and chunk_v
- * bytes a copy) into k_dst and v_dst, and their TOKEN scales into sc ([0] K's, [1] V's);
- * rows at or past the split's end become zeros (codes 0) with scale 0. row_at: the warp's 32
- * row starts (lanes 0-15 K's, 16-31 V's). */
+/* Copies chunk kb's K and V rows into k_dst and v_dst in 16-byte pieces from the 16-byte
+ * boundary at or before each row's start (rows start at multiples of 4: lead[0][r] and
+ * lead[1][r] say how far into its slot), and their TOKEN scales into sc ([0] K's, [1] V's).
+ * A row's last piece ends at the row's end or the buffer's (k_limit, v_limit), whichever
+ * comes first; rows at or past the split's end become zeros (codes 0) with scale 0. The
+ * warp's 32 rows (lanes 0-15 K's, 16-31 V's) are found once, into from and bytes, so that
+ * each lane's pieces are constant places of the rows (lane + 32 i of a tensor's 16 rows of
+ * FA_KVD_PIECES). A loop that stepped through each row's pieces (8 bytes each for q8_0's
+ * rows) issued 2 to 4 times the instructions (ptxas, sm_90): H200, B8 H32/8 at 32K keys,
+ * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248 (docs/PERFORMANCE.md). */
 FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uchar *v_dst,
+                                              __local uchar (*lead)[FA_KVD_KEYS],
                                               __local float (*sc)[FA_KVD_KEYS],
-                                              __local ulong *row_at, const fa_params *p,
-                                              const fa_io *io, const fa_work *w, ulong kb,
-                                              uint rb_k, uint rb_v, uint chunk_k, uint chunk_v,
+                                              __local ulong *from, __local uint *bytes,
+                                              const fa_params *p, const fa_io *io,
+                                              const fa_work *w, ulong kb, uint rb_k, uint rb_v,
                                               uint lane)
 {
     const uint r = lane % FA_KVD_KEYS;
     const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
-    fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read row_at */
+    fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read from and bytes */
     const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
-    row_at[lane] = fa_row_at(v ? &w->s.v : &w->s.k, at);
+    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at), limit = v ? p->v_limit : p->k_limit;
+    from[lane] = start & ~(ulong)15;
+    bytes[lane] = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - (start & ~(ulong)15)) : 0u;
+    lead[v][r] = (uchar)(start % 16);
     if (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES))
         sc[v][r] = live ? fa_kv_row_scale(p, io, &w->s, v, at) : 0.0f;
     fa_kvd_sync_warp();
     #pragma unroll
     for (uint tensor = 0; tensor < 2; tensor++) {
-        const uint rb = tensor ? rb_v : rb_k, chunk = tensor ? chunk_v : chunk_k;
         __global const uchar *src = (__global const uchar *)(tensor ? io->v : io->k);
         __local uchar *dst = tensor ? v_dst : k_dst;
-        /* pieces lane, lane + 32, ... of 16 rows of per_row pieces: (row, col) stepped, not
-         * divided, a piece */
-        const uint per_row = rb >> (chunk == 16 ? 4 : chunk == 8 ? 3 : 2);
-        const uint rows_step = 32 / per_row, cols_step = 32 - rows_step * per_row;
-        uint row = lane / per_row, col = lane - row * per_row;
-        while (row < FA_KVD_KEYS) {
-            const int inside = kb + row < w->kv_end;
-            const uint at = col * chunk;
-            __global const uchar *from = inside ? src + row_at[tensor * FA_KVD_KEYS + row] + at : src;
-            fa_mma_copy(dst + row * FA_KVD_STRIDE + at, from, chunk, inside ? chunk : 0);
-            row += rows_step, col += cols_step;
-            if (col >= per_row)
-                row++, col -= per_row;
+        #pragma unroll
+        for (uint i = 0; i < (FA_KVD_KEYS * FA_KVD_PIECES + 31) / 32; i++) {
+            const uint piece = lane + 32 * i, row = piece / FA_KVD_PIECES;
+            const uint col = piece - row * FA_KVD_PIECES, at = tensor * FA_KVD_KEYS + row;
+            /* every piece, those past the row's bytes as zeros (no branch: the copies are
+             * much of what the loop issues) */
+            if (FA_KVD_KEYS * FA_KVD_PIECES % 32 == 0 || row < FA_KVD_KEYS) {
+                const int left = (int)bytes[at] - (int)(col * 16);
+                fa_mma_copy16(dst + row * FA_KVD_STRIDE + col * 16,
+                              left > 0 ? src + from[at] + col * 16 : src, (uint)clamp(left, 0, 16));
+            }
         }
     }
+}
+
+/* Row r of a staged chunk (fa_kvd_stage): its slot and the row's lead into it. */
+FCL_INLINE __local const uchar *FCL_CAT(fa_kvd_row, FA_NAME)(__local const uchar *rows,
+                                                            __local const uchar *lead, uint r)
+{
+    return rows + r * FA_KVD_STRIDE + lead[r];
 }
 
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
@@ -180,12 +202,12 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
  * part times its keys' d. */
 FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[2],
                                                const uint (*ql)[2], __local const uchar *k_rows,
-                                               uint format, uint lane)
+                                               __local const uchar *k_lead, uint format, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
     #pragma unroll
     for (uint nb = 0; nb < 2; nb++) {
-        __local const uchar *row = k_rows + (nb * 8 + g) * FA_KVD_STRIDE;
+        __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(k_rows, k_lead, nb * 8 + g);
         s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
         #pragma unroll
         for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
@@ -207,12 +229,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
                     fa_mma_f16(s[nb], a, b0, b1);
             }
             if (fa_kvd_blocks(format)) {
-                __local const uchar *mine = k_rows + (nb * 8 + 2 * t) * FA_KVD_STRIDE;
+                const uint key = nb * 8 + 2 * t; /* this lane's keys: key, key + 1 */
+                __local const uchar *mine = FCL_CAT(fa_kvd_row, FA_NAME)(k_rows, k_lead, key);
+                __local const uchar *next = FCL_CAT(fa_kvd_row, FA_NAME)(k_rows, k_lead, key + 1);
 #if FA_KVD_Q32
                 part[0] += part[2], part[1] += part[3];
 #endif
                 s[nb][0] = fma(part[0], fa_kvd_d(mine, format, b), s[nb][0]);
-                s[nb][1] = fma(part[1], fa_kvd_d(mine + FA_KVD_STRIDE, format, b), s[nb][1]);
+                s[nb][1] = fma(part[1], fa_kvd_d(next, format, b), s[nb][1]);
             }
         }
 #if FA_KVD_Q32
@@ -228,7 +252,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
  * NaN or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
  * take part. */
 FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*pw)[2],
-                                                  __local const uchar *v_rows, uint format,
+                                                  __local const uchar *v_rows,
+                                                  __local const uchar *v_lead, uint format,
                                                   uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
@@ -238,8 +263,9 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
     for (uint b = 0; b < FA_KVD_BLOCKS; b++)
         #pragma unroll
         for (uint k = 0; k < 4; k++) {
-            __local const uchar *row = v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE;
-            x[b][k] = fa_kvd_codes(row, format, b, 4 * g);
+            const uint key = k / 2 * 8 + 2 * t + k % 2;
+            x[b][k] = fa_kvd_codes(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key), format, b,
+                                   4 * g);
             bad |= fa_kvd_nonfinite(x[b][k], format);
         }
     if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
@@ -251,7 +277,9 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
             float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};
             #pragma unroll
             for (uint k = 0; k < 4 && fa_kvd_blocks(format); k++)
-                d[k] = fa_kvd_d(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE, format, b);
+                d[k] = fa_kvd_d(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead,
+                                                              k / 2 * 8 + 2 * t + k % 2),
+                                format, b);
             #pragma unroll
             for (uint nb = 0; nb < 2; nb++)
 #if FA_KVD_Q32
@@ -282,17 +310,19 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
  * values in float32, each key where its weight is not 0 (so that a key without weight adds
  * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them). */
 FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const float (*weights)[FA_KVD_KEYS],
-                                                   __local const uchar *v_rows, uint format,
+                                                   __local const uchar *v_rows,
+                                                   __local const uchar *v_lead, uint format,
                                                    uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
     for (uint k = 0; k < FA_KVD_KEYS; k++) {
+        __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, k);
         const float w0 = weights[2 * t][k], w1 = weights[2 * t + 1][k];
         #pragma unroll
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
             #pragma unroll
             for (uint e = 0; e < 2; e++) {
-                const uint c = v_rows[k * FA_KVD_STRIDE + (mt / 2) * 32 + 4 * g + 2 * (mt % 2) + e];
+                const uint c = row[(mt / 2) * 32 + 4 * g + 2 * (mt % 2) + e];
                 const float x = format == FCL_KV_FP8_E5M2 ? fcl_fp8_e5m2_value(c) : fcl_fp8_e4m3_value(c);
                 o[mt][2 * e] += w0 != 0.0f ? w0 * x : 0.0f;
                 o[mt][2 * e + 1] += w1 != 0.0f ? w1 * x : 0.0f;
@@ -302,8 +332,10 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
 
 /* One chunk's scores for K of each format: a switch, so that each call site's format is a
  * constant. */
-#define FA_KVD_SCORES(fmt) FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, k_rows, fmt, lane)
-#define FA_KVD_ACCUMULATE(fmt) FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, fmt, lane)
+#define FA_KVD_SCORES(fmt) \
+    FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, k_rows, lead[warp][buf][0], fmt, lane)
+#define FA_KVD_ACCUMULATE(fmt) \
+    FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, lead[warp][buf][1], fmt, lane)
 
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
@@ -311,7 +343,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     FA_GATHER_ARGS;
     /* [warp][chunk][K, V]: the chunk in use and the next; after the loop, the warps' o */
     __local uchar stage[FA_KVD_W][FA_KVD_S][2][FA_KVD_CHUNK] __attribute__((aligned(16)));
-    __local ulong row_at[FA_KVD_W][32];
+    __local ulong row_from[FA_KVD_W][32];
+    __local uint row_bytes[FA_KVD_W][32];
+    __local uchar lead[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
     __local float token_sc[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
     __local float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
     __local float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
@@ -319,8 +353,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
-    const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
-    const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
     const uint fk = p->format_k, fv = p->format_v;
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
@@ -384,9 +416,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         #pragma unroll
         for (uint i = 0; i + 1 < FA_KVD_S; i++) {
             if (kb + i * stride < w.kv_end)
-                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][i][0], stage[warp][i][1], token_sc[warp][i],
-                                               row_at[warp], p, io, &w, kb + i * stride, rb_k, rb_v,
-                                               chunk_k, chunk_v, lane);
+                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][i][0], stage[warp][i][1], lead[warp][i],
+                                               token_sc[warp][i], row_from[warp], row_bytes[warp],
+                                               p, io, &w, kb + i * stride, rb_k, rb_v, lane);
             fa_mma_copies_commit();
         }
         for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
@@ -394,8 +426,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
             if (ahead < w.kv_end)
                 FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][ahead_buf][0], stage[warp][ahead_buf][1],
-                                               token_sc[warp][ahead_buf], row_at[warp], p, io, &w,
-                                               ahead, rb_k, rb_v, chunk_k, chunk_v, lane);
+                                               lead[warp][ahead_buf], token_sc[warp][ahead_buf],
+                                               row_from[warp], row_bytes[warp], p, io, &w, ahead,
+                                               rb_k, rb_v, lane);
             fa_mma_copies_commit();
 #if FA_KVD_S == 3 /* this chunk's bytes are in */
             fa_kvd_wait_but2();
@@ -480,7 +513,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 2; e++)
                         slow_w[warp][g][nb * 8 + 2 * t + e] = pw[nb][e];
                 fa_kvd_sync_warp();
-                FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w[warp], v_rows, fv, lane);
+                FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w[warp], v_rows, lead[warp][buf][1], fv,
+                                                    lane);
             }
             fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
         }
@@ -527,4 +561,5 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_KVD_MT
 #undef FA_KVD_STRIDE
 #undef FA_KVD_CHUNK
+#undef FA_KVD_PIECES
 #undef FA_KVD_Q32

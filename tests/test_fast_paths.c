@@ -580,6 +580,11 @@ static void test_mma_kv_matches(void **state)
         rows128.head_dim = 128, rows128.softcap = 20.0f, rows128.kv_splits = 2;
         check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_RAW, none, none, 0, mma);
         check_kv_case(portable, rows128, FCL_KV_Q4_0, FCL_KV_Q4_0, KV_FROM_DATA, none, none, 0, mma);
+        /* one kv head: q8_0 rows of 136 bytes start 0 and 8 bytes past 16-byte boundaries in
+         * turn, and the last one's copies reach the buffer's end */
+        fcl_attention_desc one_kv = rows128;
+        one_kv.heads_kv = 1, one_kv.len_kv = 301;
+        check_kv_case(portable, one_kv, FCL_KV_Q8_0, FCL_KV_Q4_0, KV_RAW, none, none, 0, mma);
         check_kv_case(portable, rows128, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA,
                       FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
         check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none,
