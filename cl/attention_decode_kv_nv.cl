@@ -1,7 +1,7 @@
-/* Decoding from 8-bit (and q4_0) K/V caches on NVIDIA's tensor cores: GQA rows
+/* Decoding from 8-, 5- and 4-bit K/V caches on NVIDIA's tensor cores: GQA rows
  * (fcl_attention_gqa_rows: up to 8 query rows of one kv head, len_q 1) of f16 or float32 q
- * over K and V each in q8_0, q4_0, int8, fp8 E4M3 or E5M2, head dims equal to the bucket's. A vendor fast path beside the
- * tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
+ * over K and V each in q8_0, q4_0, q4_1, q5_0, q5_1, int8, fp8 E4M3 or E5M2, head dims equal
+ * to the bucket's. A vendor fast path beside the tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
  * with the portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
  *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128)
@@ -21,12 +21,14 @@
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
  *       dims 32b + 8t + 4h .. + 3 from lane t, so that each k-step lies in one 32-dim block
- *       (ggml's d applied per block in float32) and a lane reads 4 codes a k-step (q4_0:
- *       4 bytes' low or high nibbles);
+ *       (ggml's d and m applied per block in float32: m times the block's sum of q) and a
+ *       lane reads 4 codes a k-step (4- and 5-bit formats: 4 bytes' low or high nibbles, and
+ *       4 bits of qh);
  *   O^T = V^T P^T (V's codes as A, P as B, the rows as the 8 columns): m-tile 2b + h takes
  *       dims 32b + 4g + 2h (its row g) and + 1 (row g + 8) from lane g, so that a lane reads
- *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (ggml's d joins P)
- *       and P's B fragment is the scores' accumulator as it stands.
+ *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (ggml's d joins P,
+ *       the sum of p m adds to the block's dims) and P's B fragment is the scores'
+ *       accumulator as it stands.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
 #ifndef FA_KVD_Q32
@@ -86,7 +88,8 @@ FCL_INLINE uint fa_kvd_word(__local const uchar *row, uint at)
 }
 
 /* Two byte codes, bytes 0 and 2 of x, as an f16 pair (exact; the other bytes are ignored):
- * fa_kv_codes8_fast_f16's conversions (q4_0's nibble n as f16(1024 + n) - 1032). An E4M3 NaN code (0x7f, 0xff) comes out finite here:
+ * fa_kv_codes8_fast_f16's conversions (a 4- or 5-bit code n less its centre c as
+ * f16(1024 + n) - (1024 + c)). An E4M3 NaN code (0x7f, 0xff) comes out finite here:
  * fa_kvd_nan_e4m3 marks it. */
 FCL_INLINE uint fa_kvd_pair(uint x, uint format)
 {
@@ -96,8 +99,9 @@ FCL_INLINE uint fa_kvd_pair(uint x, uint format)
         const uint t = (x << 8) & 0xff00ff00u;
         return fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
     }
-    if (format == FCL_KV_Q4_0)
-        return fa_f16x2_sub((x & 0x00ff00ffu) | 0x64006400u, 0x64086408u);
+    if (format != FCL_KV_INT8 && format != FCL_KV_Q8_0) /* 4- and 5-bit codes less their centre */
+        return fa_f16x2_sub((x & 0x00ff00ffu) | 0x64006400u,
+                            0x64006400u + fcl_nibble_layout_of(format).centre * 0x00010001u);
     return fa_f16x2_sub(((x & 0x00ff00ffu) ^ 0x00800080u) | 0x64006400u, 0x64806480u);
 }
 
@@ -117,27 +121,44 @@ FCL_INLINE uint fa_kvd_nonfinite(uint w, uint format)
     return format == FCL_KV_FP8_E4M3 || e5m2 ? ((w & top) + one) & 0x80808080u : 0u;
 }
 
-/* Whether a format comes in ggml blocks of 32 values with a d each (q8_0, q4_0). */
-FCL_INLINE int fa_kvd_blocks(uint format) { return format == FCL_KV_Q8_0 || format == FCL_KV_Q4_0; }
+/* Whether a format comes in ggml blocks of 32 values with a d each (q8_0, q4_0, q4_1, q5_0,
+ * q5_1), and whether an m too (q4_1, q5_1). */
+FCL_INLINE int fa_kvd_blocks(uint format) { return format >= FCL_KV_Q8_0 && format <= FCL_KV_Q5_1; }
+FCL_INLINE int fa_kvd_has_m(uint format) { return format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1; }
 
 /* The codes of values v .. v + 3 (v a multiple of 4) of 32-value block `block` of a staged row,
  * a byte each: q8_0's (blocks of 34 bytes: a 2-byte d, then 32 codes) and the 8-bit formats'
- * bytes, q4_0's nibbles as 0-15 (fcl_nibble_layout_of: value j < 16 in the low nibble of code
- * byte j and j + 16 in its high nibble, ggml's layout). */
+ * bytes; the 4- and 5-bit formats' as 0-31 (fcl_nibble_layout_of: value j < 16 in the low
+ * nibble of code byte j and j + 16 in its high nibble, its fifth bit bit j of qh, ggml's
+ * layout). */
 FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, uint v)
 {
-    if (format == FCL_KV_Q4_0) {
-        const fcl_nibble_layout l = fcl_nibble_layout_of(format);
-        const uint w = fa_kvd_word(row, block * l.bytes + l.qs + v % 16);
-        return (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
+    if (format == FCL_KV_Q8_0 || !fa_kvd_blocks(format))
+        return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v);
+    const fcl_nibble_layout l = fcl_nibble_layout_of(format);
+    const uint w = fa_kvd_word(row, block * l.bytes + l.qs + v % 16);
+    uint codes = (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
+    if (l.qh) { /* the 4 fifth bits, bit i to bit 4 of byte i */
+        const uint h = (fa_kvd_word(row, block * l.bytes + l.qh) >> v) & 15u;
+        codes |= ((h * 0x00204081u) & 0x01010101u) << 4;
     }
-    return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v);
+    return codes;
 }
 
-/* A q8_0 or q4_0 row's d of a block (the block's first half). */
+/* A ggml block's d (its first half). */
 FCL_INLINE float fa_kvd_d(__local const uchar *row, uint format, uint block)
 {
-    return fa_raw_half(row, block * (format == FCL_KV_Q4_0 ? fcl_nibble_layout_of(format).bytes : 34));
+    return fa_raw_half(row, block * (format == FCL_KV_Q8_0 ? 34 : fcl_nibble_layout_of(format).bytes));
+}
+
+/* A q4_1 or q5_1 block's m with the codes' centre moved into it, so that its values are
+ * d (n - centre) + (m + centre d), as fa_nibble_block's (0 for the other formats). */
+FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
+{
+    const fcl_nibble_layout l = fcl_nibble_layout_of(format);
+    return fa_kvd_has_m(format) ? fma((float)l.centre, fa_raw_half(row, block * l.bytes),
+                                      fa_raw_half(row, block * l.bytes + 2))
+                                : 0.0f;
 }
 #endif /* FA_KVD_HELPERS */
 
@@ -198,10 +219,12 @@ FCL_INLINE __local const uchar *FCL_CAT(fa_kvd_row, FA_NAME)(__local const uchar
 
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
  * and + 1 (elements 0, 1; 2 and 3 are rows 8-15's: zero, or with FA_KVD_Q32 the small parts'
- * products, added to them). format: K's, a constant of each call site. q8_0: each block's
- * part times its keys' d. */
+ * products, added to them). format: K's, a constant of each call site. ggml's blocks: each
+ * block's part times its keys' d, plus (q4_1, q5_1) their m times q_sums[b], row g's sum of q
+ * over block b. */
 FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[2],
-                                               const uint (*ql)[2], __local const uchar *k_rows,
+                                               const uint (*ql)[2], __local const float *q_sums,
+                                               __local const uchar *k_rows,
                                                __local const uchar *k_lead, uint format, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
@@ -237,6 +260,10 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
 #endif
                 s[nb][0] = fma(part[0], fa_kvd_d(mine, format, b), s[nb][0]);
                 s[nb][1] = fma(part[1], fa_kvd_d(next, format, b), s[nb][1]);
+                if (fa_kvd_has_m(format)) { /* m times the sum of row g's q over the block */
+                    s[nb][0] = fma(fa_kvd_m(mine, format, b), q_sums[b], s[nb][0]);
+                    s[nb][1] = fma(fa_kvd_m(next, format, b), q_sums[b], s[nb][1]);
+                }
             }
         }
 #if FA_KVD_Q32
@@ -244,6 +271,27 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             s[nb][0] += s[nb][2], s[nb][1] += s[nb][3];
 #endif
     }
+}
+
+/* The m part of V's values (q4_1, q5_1) for one block: row r's sum over the chunk of p m
+ * added to o's m-tiles lo and hi (the block's 32 dims), whose columns are rows 2t and 2t + 1.
+ * m[2 nb + e]: key 8 nb + 2t + e's; a key without weight adds nothing (its m may be huge). */
+FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float (*pw)[2],
+                                              const float *m, uint lane)
+{
+    const uint t = lane % 4;
+    float pm = 0.0f; /* row g's, over this lane's 4 keys, then its 4 lanes' */
+    #pragma unroll
+    for (uint nb = 0; nb < 2; nb++)
+        #pragma unroll
+        for (uint e = 0; e < 2; e++)
+            pm = pw[nb][e] != 0.0f ? fma(pw[nb][e], m[2 * nb + e], pm) : pm;
+    pm += fcl_nv_shuffle_xor(pm, 1);
+    pm += fcl_nv_shuffle_xor(pm, 2);
+    const float r0 = as_float(fa_mma_shuffle_from(as_uint(pm), 8 * t));
+    const float r1 = as_float(fa_mma_shuffle_from(as_uint(pm), 8 * t + 4));
+    lo[0] += r0, lo[2] += r0, lo[1] += r1, lo[3] += r1;
+    hi[0] += r0, hi[2] += r0, hi[1] += r1, hi[3] += r1;
 }
 
 /* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
@@ -274,12 +322,16 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
     #pragma unroll
     for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
         if (b == 0 || fa_kvd_blocks(format)) { /* blocks: P times each key's d of this one */
-            float d[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+            float d[4] = {1.0f, 1.0f, 1.0f, 1.0f}, m[4];
             #pragma unroll
-            for (uint k = 0; k < 4 && fa_kvd_blocks(format); k++)
-                d[k] = fa_kvd_d(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead,
-                                                              k / 2 * 8 + 2 * t + k % 2),
-                                format, b);
+            for (uint k = 0; k < 4 && fa_kvd_blocks(format); k++) {
+                __local const uchar *row =
+                    FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, k / 2 * 8 + 2 * t + k % 2);
+                d[k] = fa_kvd_d(row, format, b);
+                m[k] = fa_kvd_m(row, format, b);
+            }
+            if (fa_kvd_has_m(format)) /* each row's sum of p m over the keys adds to the block */
+                FCL_CAT(fa_kvd_add_m, FA_NAME)(o[2 * b], o[2 * b + 1], pw, m, lane);
             #pragma unroll
             for (uint nb = 0; nb < 2; nb++)
 #if FA_KVD_Q32
@@ -332,8 +384,9 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
 
 /* One chunk's scores for K of each format: a switch, so that each call site's format is a
  * constant. */
-#define FA_KVD_SCORES(fmt) \
-    FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, k_rows, lead[warp][buf][0], fmt, lane)
+#define FA_KVD_SCORES(fmt)                                                                     \
+    FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, q_sums[warp][g], k_rows, lead[warp][buf][0], fmt, \
+                                    lane)
 #define FA_KVD_ACCUMULATE(fmt) \
     FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, lead[warp][buf][1], fmt, lane)
 
@@ -347,6 +400,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __local uint row_bytes[FA_KVD_W][32];
     __local uchar lead[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
     __local float token_sc[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
+    __local float q_sums[FA_KVD_W][FA_KVD_ROWS][FA_KVD_BLOCKS]; /* K with m: q over each block */
     __local float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
     __local float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
     __local float (*part_o)[FA_KVD_ROWS][FA_D] = (__local float (*)[FA_KVD_ROWS][FA_D])stage;
@@ -399,6 +453,22 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 }
 #endif
         }
+        if (fa_kvd_has_m(fk)) { /* row g's q over each block (its fragments'), for K's m */
+            #pragma unroll
+            for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
+                float sum = 0.0f;
+                #pragma unroll
+                for (uint k = 0; k < 4; k++) {
+                    const float2 big = fcl_nv_halves_f16(qa[2 * b + k / 2][k % 2]);
+                    const float2 small = fcl_nv_halves_f16(ql[2 * b + k / 2][k % 2]);
+                    sum += (big.x + small.x) + (big.y + small.y);
+                }
+                sum += fcl_nv_shuffle_xor(sum, 1);
+                sum += fcl_nv_shuffle_xor(sum, 2);
+                if (t == 0)
+                    q_sums[warp][g][b] = sum;
+            }
+        }
         const float qk_scale = p->q_scale * w.s.k_scale * q_factor;
         const int scale_in_c = !(p->flags & FA_FLAG_SOFTCAP) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
@@ -443,6 +513,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FA_KVD_SCORES(FCL_KV_Q8_0);
             else if (fk == FCL_KV_Q4_0)
                 FA_KVD_SCORES(FCL_KV_Q4_0);
+            else if (fk == FCL_KV_Q4_1)
+                FA_KVD_SCORES(FCL_KV_Q4_1);
+            else if (fk == FCL_KV_Q5_0)
+                FA_KVD_SCORES(FCL_KV_Q5_0);
+            else if (fk == FCL_KV_Q5_1)
+                FA_KVD_SCORES(FCL_KV_Q5_1);
             else if (fk == FCL_KV_INT8)
                 FA_KVD_SCORES(FCL_KV_INT8);
             else if (fk == FCL_KV_FP8_E4M3)
@@ -500,6 +576,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 fast = FA_KVD_ACCUMULATE(FCL_KV_Q8_0);
             else if (fv == FCL_KV_Q4_0)
                 fast = FA_KVD_ACCUMULATE(FCL_KV_Q4_0);
+            else if (fv == FCL_KV_Q4_1)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_Q4_1);
+            else if (fv == FCL_KV_Q5_0)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_Q5_0);
+            else if (fv == FCL_KV_Q5_1)
+                fast = FA_KVD_ACCUMULATE(FCL_KV_Q5_1);
             else if (fv == FCL_KV_INT8)
                 fast = FA_KVD_ACCUMULATE(FCL_KV_INT8);
             else if (fv == FCL_KV_FP8_E4M3)

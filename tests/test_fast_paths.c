@@ -574,12 +574,15 @@ static void test_mma_kv_matches(void **state)
         /* a coded K or V beside one of q's type (copied as it is), any scale */
         check_kv_case(portable, prefill, FCL_KV_Q8_0, half, KV_FROM_DATA, none, tensor, 0, mma);
         check_kv_case(portable, rows, half, FCL_KV_Q4_0, KV_RAW, FCL_KV_SCALE_TOKEN, none, 0, mma);
-        /* GQA rows of 8-bit and q4_0 K and V at head dim 128 (the 8-bit decode kernel where
-         * f16 q): softcap and a split; NaN and infinite V codes */
+        /* GQA rows of 8-bit and 4- and 5-bit K and V at head dim 128 (the 8-bit decode kernel
+         * where f16 q): softcap and a split, scales; NaN and infinite V codes */
         fcl_attention_desc rows128 = rows;
         rows128.head_dim = 128, rows128.softcap = 20.0f, rows128.kv_splits = 2;
         check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_RAW, none, none, 0, mma);
         check_kv_case(portable, rows128, FCL_KV_Q4_0, FCL_KV_Q4_0, KV_FROM_DATA, none, none, 0, mma);
+        check_kv_case(portable, rows128, FCL_KV_Q4_1, FCL_KV_Q5_0, KV_RAW, FCL_KV_SCALE_TOKEN,
+                      FCL_KV_SCALE_HEAD, 0, mma);
+        check_kv_case(portable, rows128, FCL_KV_Q5_0, FCL_KV_Q5_1, KV_FROM_DATA, none, none, 0, mma);
         /* one kv head: q8_0 rows of 136 bytes start 0 and 8 bytes past 16-byte boundaries in
          * turn, and the last one's copies reach the buffer's end */
         fcl_attention_desc one_kv = rows128;
@@ -616,8 +619,8 @@ static void test_mma_kv_matches(void **state)
  * decode kernel's float32 build, at every bucket's head dim: raw q8_0 and q4_0 bytes, HEAD
  * and TOKEN scales, softcap and a split, NaN and infinite V codes (the slow path), a shuffled
  * paged cache; q at 2^17 and 2^-30 times its size, with K's TENSOR scale the inverse (the
- * same scores): f16 parts of q alone would overflow or vanish. Float32 q over a q4_1 K stays
- * portable. */
+ * same scores): f16 parts of q alone would overflow or vanish; q5_1 K and q4_1 V (an m in
+ * both products). Float32 q over an iq4_nl K stays portable. */
 static void test_kv_decode_f32_q_matches(void **state)
 {
     (void)state;
@@ -633,6 +636,7 @@ static void test_kv_decode_f32_q_matches(void **state)
     one_head.causal = FCL_CAUSAL_NONE;
     check_kv_case(portable, rows, FCL_KV_Q8_0, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
     check_kv_case(portable, rows128, FCL_KV_Q4_0, FCL_KV_Q4_0, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, rows128, FCL_KV_Q5_1, FCL_KV_Q4_1, KV_FROM_DATA, none, none, 0, mma);
     check_kv_case(portable, rows128, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA,
                   FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
     check_kv_case(portable, one_head, FCL_KV_FP8_E5M2, FCL_KV_Q8_0, KV_FROM_DATA, none, none, 0, mma);
@@ -653,7 +657,7 @@ static void test_kv_decode_f32_q_matches(void **state)
     }
     check_kv_paged(portable, rows);
     fcl_attention_desc q4 = rows;
-    q4.format_k = FCL_KV_Q4_1, q4.format_v = FCL_KV_Q8_0;
+    q4.format_k = FCL_KV_IQ4_NL, q4.format_v = FCL_KV_Q8_0;
     assert_int_not_equal(path_of(support_ctx, &q4), mma);
     fcl_context_destroy(portable);
 }
