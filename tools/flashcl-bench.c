@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
@@ -170,6 +171,13 @@ static const char copy_source[] =
     "  if (i < n) out[i] = in[i];\n"
     "}\n";
 
+/* Whether stderr is a terminal: only there a progress line, rewritten in place by \r, is
+ * shown (in a log its \r lines would interleave with the table's rows). */
+static int progress_shown;
+
+/* What starts a message on stderr: \r over the progress line where one is shown. */
+static const char *line_start(void) { return progress_shown ? "\r" : ""; }
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -281,8 +289,8 @@ static double time_calls(bench *b, const bench_case *c, cl_mem *sets, size_t n_s
     for (int r = 0; *ok && !b->host_clock && r < b->reps; r++)
         if (device_ms[r] <= 0.0) {
             b->host_clock = 1;
-            fprintf(stderr, "\rflashcl-bench: the device's profiling timestamps do not keep "
-                            "time; timing by the host clock from here on\n");
+            fprintf(stderr, "%sflashcl-bench: the device's profiling timestamps do not keep "
+                            "time; timing by the host clock from here on\n", line_start());
         }
     if (*ok) {
         median = median_of(b->host_clock ? host_ms : device_ms, b->reps);
@@ -755,6 +763,7 @@ static int setup_copy_kernel(bench *b)
 int main(int argc, char **argv)
 {
     bench b = {.reps = 10, .warmup = 2};
+    progress_shown = isatty(STDERR_FILENO);
     bench_case cases[MAX_CASES];
     size_t n = 0;
     int json = 0, csv = 0;
@@ -867,10 +876,12 @@ int main(int argc, char **argv)
         char name[96];
         bench_result r;
         describe(&cases[i], name, sizeof name);
-        fprintf(stderr, "\r[%zu/%zu] %-60s", i + 1, n, name); /* progress */
-        fflush(stderr);
+        if (progress_shown) {
+            fprintf(stderr, "\r[%zu/%zu] %-60s", i + 1, n, name);
+            fflush(stderr);
+        }
         if (!run_case(&b, &cases[i], &r)) {
-            fprintf(stderr, "\rflashcl-bench: %s failed: %s\n", name, b.why);
+            fprintf(stderr, "%sflashcl-bench: %s failed: %s\n", line_start(), name, b.why);
             failures++;
             continue;
         }
@@ -890,7 +901,8 @@ int main(int argc, char **argv)
                    r.gbs, b.copy_gbs, r.copy_pct, r.tflops, r.enqueue_ms);
         fflush(stdout);
     }
-    fprintf(stderr, "\r%-70s\r", "");
+    if (progress_shown)
+        fprintf(stderr, "\r%-70s\r", "");
     if (json)
         printf("\n]}\n");
     clReleaseKernel(b.copy);
