@@ -160,6 +160,25 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
                                       fa_raw_half(row, block * l.bytes + 2))
                                 : 0.0f;
 }
+/* call(format) for the kernel's formats, each call site's format a constant (f the
+ * format at run time; the last branch takes E5M2): the one list of what the kernel reads. */
+#define FA_KVD_BY_FORMAT(f, call)                                                              \
+    if ((f) == FCL_KV_Q8_0)                                                                    \
+        call(FCL_KV_Q8_0);                                                                     \
+    else if ((f) == FCL_KV_Q4_0)                                                               \
+        call(FCL_KV_Q4_0);                                                                     \
+    else if ((f) == FCL_KV_Q4_1)                                                               \
+        call(FCL_KV_Q4_1);                                                                     \
+    else if ((f) == FCL_KV_Q5_0)                                                               \
+        call(FCL_KV_Q5_0);                                                                     \
+    else if ((f) == FCL_KV_Q5_1)                                                               \
+        call(FCL_KV_Q5_1);                                                                     \
+    else if ((f) == FCL_KV_INT8)                                                               \
+        call(FCL_KV_INT8);                                                                     \
+    else if ((f) == FCL_KV_FP8_E4M3)                                                           \
+        call(FCL_KV_FP8_E4M3);                                                                 \
+    else                                                                                       \
+        call(FCL_KV_FP8_E5M2)
 #endif /* FA_KVD_HELPERS */
 
 /* Copies chunk kb's K and V rows into k_dst and v_dst in 16-byte pieces from the 16-byte
@@ -185,8 +204,9 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
     fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read from and bytes */
     const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
     const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at), limit = v ? p->v_limit : p->k_limit;
-    from[lane] = start & ~(ulong)15;
-    bytes[lane] = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - (start & ~(ulong)15)) : 0u;
+    const ulong boundary = start & ~(ulong)15;
+    from[lane] = boundary;
+    bytes[lane] = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - boundary) : 0u;
     lead[v][r] = (uchar)(start % 16);
     if (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES))
         sc[v][r] = live ? fa_kv_row_scale(p, io, &w->s, v, at) : 0.0f;
@@ -382,13 +402,12 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
     }
 }
 
-/* One chunk's scores for K of each format: a switch, so that each call site's format is a
- * constant. */
+/* One chunk's scores for K, and its products with V, of each format (FA_KVD_BY_FORMAT) */
 #define FA_KVD_SCORES(fmt)                                                                     \
     FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, q_sums[warp][g], k_rows, lead[warp][buf][0], fmt, \
                                     lane)
 #define FA_KVD_ACCUMULATE(fmt) \
-    FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, lead[warp][buf][1], fmt, lane)
+    fast = FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, lead[warp][buf][1], fmt, lane)
 
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
@@ -509,22 +528,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             __local const uchar *k_rows = stage[warp][buf][0], *v_rows = stage[warp][buf][1];
 
             float s[2][4];
-            if (fk == FCL_KV_Q8_0)
-                FA_KVD_SCORES(FCL_KV_Q8_0);
-            else if (fk == FCL_KV_Q4_0)
-                FA_KVD_SCORES(FCL_KV_Q4_0);
-            else if (fk == FCL_KV_Q4_1)
-                FA_KVD_SCORES(FCL_KV_Q4_1);
-            else if (fk == FCL_KV_Q5_0)
-                FA_KVD_SCORES(FCL_KV_Q5_0);
-            else if (fk == FCL_KV_Q5_1)
-                FA_KVD_SCORES(FCL_KV_Q5_1);
-            else if (fk == FCL_KV_INT8)
-                FA_KVD_SCORES(FCL_KV_INT8);
-            else if (fk == FCL_KV_FP8_E4M3)
-                FA_KVD_SCORES(FCL_KV_FP8_E4M3);
-            else
-                FA_KVD_SCORES(FCL_KV_FP8_E5M2);
+            FA_KVD_BY_FORMAT(fk, FA_KVD_SCORES);
 
             /* scores of row g, keys 8 nb + 2t + e: K's TOKEN scale, q's scale, softcap, and
              * -inf past the split's end; then the online softmax (docs/ALGORITHMS.md) */
@@ -571,23 +575,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 o[mt][0] *= a0, o[mt][2] *= a0;
                 o[mt][1] *= a1, o[mt][3] *= a1;
             }
-            int fast = 1;
-            if (fv == FCL_KV_Q8_0)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_Q8_0);
-            else if (fv == FCL_KV_Q4_0)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_Q4_0);
-            else if (fv == FCL_KV_Q4_1)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_Q4_1);
-            else if (fv == FCL_KV_Q5_0)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_Q5_0);
-            else if (fv == FCL_KV_Q5_1)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_Q5_1);
-            else if (fv == FCL_KV_INT8)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_INT8);
-            else if (fv == FCL_KV_FP8_E4M3)
-                fast = FA_KVD_ACCUMULATE(FCL_KV_FP8_E4M3);
-            else
-                fast = FA_KVD_ACCUMULATE(FCL_KV_FP8_E5M2);
+            int fast; /* 0: V's fp8 codes hold a NaN or infinity (FA_KVD_ACCUMULATE sets it) */
+            FA_KVD_BY_FORMAT(fv, FA_KVD_ACCUMULATE);
             if (!fast) {
                 #pragma unroll
                 for (uint nb = 0; nb < 2; nb++)

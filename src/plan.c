@@ -582,8 +582,8 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * splits 0.24 ms and 8 0.31. The portable decode kernel (float32's GQA decoding) 0.26-0.27
  * / 0.90-0.93 with 8, against 0.31-0.37 / 0.96-1.11 with 32. */
 #define FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 2 : 4)
-/* ... and of the 8-bit K/V decode kernel: its work-groups of 2 warps, 156 registers a lane and
- * 32 KiB of local memory at head dim 128 (ptxas, H200), 6 to an SM (at 256, 4: B8 H32/8 at
+/* ... and of the 8-bit K/V decode kernel: its work-groups of 2 warps, 165 registers a lane and
+ * 33 KiB of local memory at head dim 128 (ptxas, H200), 6 to an SM (at 256, 4: B8 H32/8 at
  * 32K keys q8_0 0.560 ms, int8 0.518, against f16's 0.677; other counts not measured).
  * Splits for a wave of 4 work-groups of 4 warps where 3 fitted left a second wave of 116: H200,
  * B8 H32/8 q8_0 at 32K keys, 8 splits 0.504 ms, 6 splits 0.397, 24 and 48 0.428 and 0.442;
