@@ -1,7 +1,7 @@
 /* Decoding from 8-, 5- and 4-bit K/V caches on NVIDIA's tensor cores: GQA rows
  * (fcl_attention_gqa_rows: up to 8 query rows of one kv head, len_q 1) of f16 or float32 q
- * over K and V each in q8_0, q4_0, q4_1, q5_0, q5_1, int8, fp8 E4M3 or E5M2, head dims equal
- * to the bucket's. A vendor fast path beside the tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
+ * over K and V each in q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, int8, fp8 E4M3 or E5M2, head
+ * dims equal to the bucket's. A vendor fast path beside the tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
  * with the portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
  *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128)
@@ -99,7 +99,8 @@ FCL_INLINE uint fa_kvd_pair(uint x, uint format)
         const uint t = (x << 8) & 0xff00ff00u;
         return fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
     }
-    if (format != FCL_KV_INT8 && format != FCL_KV_Q8_0) /* 4- and 5-bit codes less their centre */
+    /* 4- and 5-bit codes less their centre (iq4_nl's are its int8 values) */
+    if (format != FCL_KV_INT8 && format != FCL_KV_Q8_0 && format != FCL_KV_IQ4_NL)
         return fa_f16x2_sub((x & 0x00ff00ffu) | 0x64006400u,
                             0x64006400u + fcl_nibble_layout_of(format).centre * 0x00010001u);
     return fa_f16x2_sub(((x & 0x00ff00ffu) ^ 0x00800080u) | 0x64006400u, 0x64806480u);
@@ -122,15 +123,32 @@ FCL_INLINE uint fa_kvd_nonfinite(uint w, uint format)
 }
 
 /* Whether a format comes in ggml blocks of 32 values with a d each (q8_0, q4_0, q4_1, q5_0,
- * q5_1), and whether an m too (q4_1, q5_1). */
-FCL_INLINE int fa_kvd_blocks(uint format) { return format >= FCL_KV_Q8_0 && format <= FCL_KV_Q5_1; }
+ * q5_1, iq4_nl), and whether an m too (q4_1, q5_1). */
+FCL_INLINE int fa_kvd_blocks(uint format)
+{
+    return format >= FCL_KV_Q8_0 && format <= FCL_KV_IQ4_NL;
+}
 FCL_INLINE int fa_kvd_has_m(uint format) { return format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1; }
+
+/* iq4_nl's values (FCL_IQ4_NL_VALUES, as int8 bytes) of 4 nibble codes, a byte each: two
+ * 8-byte prmt lookups by the codes' low 3 bits, then a third that takes the upper 8 values'
+ * byte where a code's bit 3 is set (ggml's CUDA get_int_from_table_16). */
+__constant char fa_kvd_iq4_nl_bytes[16] __attribute__((aligned(4))) = FCL_IQ4_NL_VALUES;
+FCL_INLINE uint fa_kvd_iq4_nl(uint codes)
+{
+    __constant const uint *table = (__constant const uint *)fa_kvd_iq4_nl_bytes;
+    const uint pairs = codes | codes >> 4;            /* codes 0, 1 in byte 0; 2, 3 in byte 2 */
+    const uint index = fa_prmt2(pairs, 0u, 0x0020u); /* code i in bits 4i .. 4i + 3 */
+    const uint lo = fa_prmt2(table[0], table[1], index & 0x7777u);
+    const uint hi = fa_prmt2(table[2], table[3], index & 0x7777u);
+    return fa_prmt2(lo, hi, 0x3210u | (index & 0x8888u) >> 1);
+}
 
 /* The codes of values v .. v + 3 (v a multiple of 4) of 32-value block `block` of a staged row,
  * a byte each: q8_0's (blocks of 34 bytes: a 2-byte d, then 32 codes) and the 8-bit formats'
  * bytes; the 4- and 5-bit formats' as 0-31 (fcl_nibble_layout_of: value j < 16 in the low
  * nibble of code byte j and j + 16 in its high nibble, its fifth bit bit j of qh, ggml's
- * layout). */
+ * layout); iq4_nl's as the int8 values its nibbles stand for. */
 FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, uint v)
 {
     if (format == FCL_KV_Q8_0 || !fa_kvd_blocks(format))
@@ -138,6 +156,8 @@ FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, 
     const fcl_nibble_layout l = fcl_nibble_layout_of(format);
     const uint w = fa_kvd_word(row, block * l.bytes + l.qs + v % 16);
     uint codes = (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
+    if (format == FCL_KV_IQ4_NL)
+        return fa_kvd_iq4_nl(codes);
     if (l.qh) { /* the 4 fifth bits, bit i to bit 4 of byte i */
         const uint h = (fa_kvd_word(row, block * l.bytes + l.qh) >> v) & 15u;
         codes |= ((h * 0x00204081u) & 0x01010101u) << 4;
@@ -173,6 +193,8 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
         call(FCL_KV_Q5_0);                                                                     \
     else if ((f) == FCL_KV_Q5_1)                                                               \
         call(FCL_KV_Q5_1);                                                                     \
+    else if ((f) == FCL_KV_IQ4_NL)                                                             \
+        call(FCL_KV_IQ4_NL);                                                                   \
     else if ((f) == FCL_KV_INT8)                                                               \
         call(FCL_KV_INT8);                                                                     \
     else if ((f) == FCL_KV_FP8_E4M3)                                                           \

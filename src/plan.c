@@ -1144,13 +1144,13 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
 }
 
 /* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 or float32 q, K and V
- * each in a coded format but iq4_nl, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
+ * each in a coded format, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
 static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
 {
     const size_t dim = fcl_attention_bucket_dim(bucket);
     for (int v = 0; v <= 1; v++) {
         const fcl_kv_format f = v ? d->format_v : d->format_k;
-        if (f < FCL_KV_Q8_0 || f > FCL_KV_INT8 || f == FCL_KV_IQ4_NL)
+        if (f < FCL_KV_Q8_0 || f > FCL_KV_INT8)
             return 0;
     }
     return (d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_F32) && d->head_dim == dim &&

@@ -583,6 +583,8 @@ static void test_mma_kv_matches(void **state)
         check_kv_case(portable, rows128, FCL_KV_Q4_1, FCL_KV_Q5_0, KV_RAW, FCL_KV_SCALE_TOKEN,
                       FCL_KV_SCALE_HEAD, 0, mma);
         check_kv_case(portable, rows128, FCL_KV_Q5_0, FCL_KV_Q5_1, KV_FROM_DATA, none, none, 0, mma);
+        check_kv_case(portable, rows128, FCL_KV_IQ4_NL, FCL_KV_IQ4_NL, KV_RAW, FCL_KV_SCALE_TOKEN,
+                      FCL_KV_SCALE_HEAD, 0, mma);
         /* one kv head: q8_0 rows of 136 bytes start 0 and 8 bytes past 16-byte boundaries in
          * turn, and the last one's copies reach the buffer's end */
         fcl_attention_desc one_kv = rows128;
@@ -620,7 +622,7 @@ static void test_mma_kv_matches(void **state)
  * and TOKEN scales, softcap and a split, NaN and infinite V codes (the slow path), a shuffled
  * paged cache; q at 2^17 and 2^-30 times its size, with K's TENSOR scale the inverse (the
  * same scores): f16 parts of q alone would overflow or vanish; q5_1 K and q4_1 V (an m in
- * both products). Float32 q over an iq4_nl K stays portable. */
+ * both products); iq4_nl K and V (every nibble, as raw bytes) beside q8_0. */
 static void test_kv_decode_f32_q_matches(void **state)
 {
     (void)state;
@@ -656,9 +658,8 @@ static void test_kv_decode_f32_q_matches(void **state)
         kv_free_run(&r);
     }
     check_kv_paged(portable, rows);
-    fcl_attention_desc q4 = rows;
-    q4.format_k = FCL_KV_IQ4_NL, q4.format_v = FCL_KV_Q8_0;
-    assert_int_not_equal(path_of(support_ctx, &q4), mma);
+    check_kv_case(portable, rows128, FCL_KV_IQ4_NL, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, rows, FCL_KV_Q8_0, FCL_KV_IQ4_NL, KV_RAW, none, none, 0, mma);
     fcl_context_destroy(portable);
 }
 

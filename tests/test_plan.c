@@ -731,8 +731,7 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, 1, &l));
     assert_true(l.work == 64 && l.splits == 8); /* 132 * 4 / 64 rounded down, not 32 */
     /* K/V in 8-bit formats with f16 q: the 8-bit decode kernel (8 rows, 16 keys a warp, 2
-     * warps, one wave of 6 work-groups a compute unit); switched off, or K in iq4_nl, the _kv
-     * build's rows */
+     * warps, one wave of 6 work-groups a compute unit); switched off, the _kv build's rows */
     fcl_attention_desc coded = engine;
     coded.dtype_q = coded.dtype_kv = FCL_DTYPE_F16;
     coded.format_k = FCL_KV_Q8_0, coded.format_v = FCL_KV_FP8_E4M3;
@@ -746,14 +745,13 @@ static void test_mma_path_rules(void **state)
     coded.dtype_q = FCL_DTYPE_F16;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l));
     assert_true(!l.kv_decode && l.gqa_rows && l.block_q == 16);
-    /* the 4- and 5-bit ggml formats too, but not iq4_nl (a table of values) */
-    static const fcl_kv_format nibbles[] = {FCL_KV_Q4_0, FCL_KV_Q4_1, FCL_KV_Q5_0, FCL_KV_Q5_1};
+    /* the 4- and 5-bit ggml formats too */
+    static const fcl_kv_format nibbles[] = {FCL_KV_Q4_0, FCL_KV_Q4_1, FCL_KV_Q5_0, FCL_KV_Q5_1,
+                                            FCL_KV_IQ4_NL};
     for (size_t i = 0; i < sizeof nibbles / sizeof nibbles[0]; i++) {
         coded.format_k = nibbles[i];
         assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && l.kv_decode);
     }
-    coded.format_k = FCL_KV_IQ4_NL;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
     coded.format_k = FCL_KV_INT8, coded.head_dim = coded.head_dim_v = 96; /* not the bucket's */
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
     coded.head_dim = coded.head_dim_v = 128, coded.len_q = 9; /* more rows than 8 */
