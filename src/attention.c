@@ -286,12 +286,13 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_atte
     p->flags &= ~(cl_uint)FA_FLAG_PARTIAL; /* the merge writes the rows themselves */
     if (err == CL_SUCCESS)
         err = set_attention_args(ctx->attention_merge_splits, b, p);
-    /* Chained by event, so an out-of-order queue keeps the order too. */
+    const cl_event *after_first;
+    const cl_uint n_after = fcl_after_launch(ctx, &first, &after_first);
     if (err == CL_SUCCESS)
         err = launch(ctx, ctx->attention_merge_splits,
                      fcl_plan_merge_groups(&ctx->info, rows, l->splits, head_dim_v,
                                            ctx->merge_work_group),
-                     ctx->merge_work_group, 1, &first, &merged);
+                     ctx->merge_work_group, n_after, after_first, &merged);
     fcl_scratch_pair_done(ctx, first, merged, done);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
 }
@@ -635,8 +636,10 @@ fcl_status fcl_attention_merge(fcl_context *ctx, size_t n_parts, size_t rows, si
     for (size_t i = n_parts > 1 ? 1 : 0; i < n_parts && err == CL_SUCCESS; i++) {
         cl_event next = NULL;
         const cl_mem b_out = i ? outs[order[i]] : NULL, b_lse = i ? lses[order[i]] : NULL;
-        err = merge_step(ctx, acc_out, acc_lse, b_out, b_lse, out, lse_to, rows, head_dim_v,
-                         prev ? 1 : after.n, prev ? &prev : after.events, &next);
+        const cl_event *wait_on = after.events;
+        const cl_uint n_on = prev ? fcl_after_launch(ctx, &prev, &wait_on) : after.n;
+        err = merge_step(ctx, acc_out, acc_lse, b_out, b_lse, out, lse_to, rows, head_dim_v, n_on,
+                         wait_on, &next);
         if (prev)
             clReleaseEvent(prev);
         prev = next;

@@ -9,7 +9,15 @@
 static fcl_status finish_create(fcl_context *ctx, const fcl_context_options *opts,
                                 fcl_context **out)
 {
+    cl_command_queue_properties queue_props = 0;
     fcl_status s = fcl_probe_device(ctx->device, &ctx->info);
+    cl_int err = CL_SUCCESS;
+    if (s == FCL_SUCCESS)
+        err = clGetCommandQueueInfo(ctx->queue, CL_QUEUE_PROPERTIES, sizeof queue_props,
+                                    &queue_props, NULL);
+    if (err != CL_SUCCESS)
+        s = fcl_fail_cl(ctx, err, "clGetCommandQueueInfo(CL_QUEUE_PROPERTIES)");
+    ctx->queue_in_order = !(queue_props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE);
     if (s == FCL_SUCCESS)
         s = fcl_probe_kernels(ctx);
     if (s == FCL_SUCCESS)

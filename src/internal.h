@@ -121,6 +121,9 @@ struct fcl_context {
     cl_context cl_ctx;
     cl_device_id device;
     cl_command_queue queue;
+    /* The queue runs commands in order, so that the launches of one call, and calls that share
+     * scratch memory, need no events between them (fcl_after_launch). */
+    int queue_in_order;
     /* The kernels' programs, each built on first use under build_lock, which also guards
      * planning (which reads what the builds find) and the fields of info they write: the
      * softmax kernels' limits and plan, attention_tiles, program_from_cache,
@@ -208,8 +211,8 @@ cl_mem fcl_host_buffer(fcl_context *ctx, cl_mem_flags flags, size_t bytes, const
 /* ---- scratch.c: device memory a call's kernels pass between them, under ctx->lock ---- */
 /* slot's buffer, of at least bytes (grown as needed; what it held is not kept). */
 fcl_status fcl_scratch_buffer(fcl_context *ctx, fcl_scratch_slot slot, size_t bytes, cl_mem *buf);
-/* The wait list of a call's first kernel that writes scratch: wait, and the last kernel that
- * used scratch before; fcl_wait_list_free frees it. */
+/* The wait list of a call's first kernel that writes scratch: wait, and on an out-of-order
+ * queue the last kernel that used scratch before; fcl_wait_list_free frees it. */
 typedef struct fcl_wait_list {
     cl_uint n;
     const cl_event *events;
@@ -224,6 +227,10 @@ void fcl_scratch_used(fcl_context *ctx, cl_event last);
  * NULL where not enqueued): the later of them becomes scratch's last use, second goes to
  * *done (or is released where done is NULL), first is released. */
 void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl_event *done);
+/* The events a launch that follows the launch of prev in the same call waits for (*wait, the
+ * count returned): prev alone, or none on an in-order queue, which keeps their order itself
+ * (on NVIDIA's driver an event waited on costs host time at each enqueue). */
+cl_uint fcl_after_launch(const fcl_context *ctx, const cl_event *prev, const cl_event **wait);
 /* Releases the buffers and the event (context destruction). */
 void fcl_scratch_release(fcl_context *ctx);
 

@@ -5,9 +5,10 @@
  * Why not a buffer a call: creating one and releasing it right after enqueueing made each
  * such call return only when its kernels had finished, on NVIDIA's driver (580, H100: a GQA
  * decoding call spent 0.138 ms in fcl_attention_run, its kernels' whole time), so the host
- * could never queue ahead of the GPU. Reuse has one cost: a call's first kernel that writes
- * scratch waits for the last kernel of the call before that used it, which an out-of-order
- * queue would otherwise run at the same time (an in-order queue runs them in order anyway).
+ * could never queue ahead of the GPU. Reuse has one cost on an out-of-order queue: a call's
+ * first kernel that writes scratch waits for the last kernel of the call before that used
+ * it, which the queue would otherwise run at the same time (an in-order queue runs them in
+ * order itself, and no event is waited on there: fcl_after_launch).
  * Everything here runs under ctx->lock. */
 #include "internal.h"
 
@@ -38,7 +39,7 @@ fcl_status fcl_scratch_wait_list(fcl_context *ctx, cl_uint n_wait, const cl_even
 {
     const cl_event last = ctx->scratch.last_use;
     *list = (fcl_wait_list){.n = n_wait, .events = wait, .owned = NULL};
-    if (!last)
+    if (!last || ctx->queue_in_order)
         return FCL_SUCCESS;
     list->owned = malloc((n_wait + 1u) * sizeof(cl_event));
     if (!list->owned)
@@ -49,6 +50,12 @@ fcl_status fcl_scratch_wait_list(fcl_context *ctx, cl_uint n_wait, const cl_even
     list->n = n_wait + 1u;
     list->events = list->owned;
     return FCL_SUCCESS;
+}
+
+cl_uint fcl_after_launch(const fcl_context *ctx, const cl_event *prev, const cl_event **wait)
+{
+    *wait = ctx->queue_in_order ? NULL : prev;
+    return ctx->queue_in_order ? 0u : 1u;
 }
 
 void fcl_wait_list_free(fcl_wait_list *list)
