@@ -57,6 +57,40 @@ FCL_INLINE void fa_rows_load_key(const fa_params *p, const fa_io *io, const fa_w
                 in_range ? dim_v : 0, cap_v);
 }
 
+#define FA_UNIT_CASE(NAME, name, value, dtype, elems, bytes, roles)                             \
+    case value: return (roles) & FCL_ROLE_FLOAT ? bytes : 1;
+/* The bytes of a unit of fa_row_units in K's (v = 0) or V's buffer. */
+FCL_INLINE uint fa_unit_bytes(const fa_params *p, int v)
+{
+    const uint format = p->flags & FA_FLAG_KV ? (v ? p->format_v : p->format_k) : p->dtype_kv + 1;
+    switch (format) {
+    FCL_KV_FORMATS(FA_UNIT_CASE)
+    default: return 1;
+    }
+}
+#undef FA_UNIT_CASE
+
+/* With FA_CACHE_PREFETCH (the device table's: CPUs whose compiler emits their own code), asks
+ * the caches for key k's K and V rows, a 64-byte line at a time, before they are loaded: rows
+ * of a [batch][len][heads][dim] cache lie heads * row bytes apart, a stride the CPU's own
+ * prefetchers do not follow. */
+FCL_INLINE void fa_rows_prefetch_key(const fa_params *p, const fa_io *io, const fa_work *w,
+                                     ulong k)
+{
+#if FA_CACHE_PREFETCH
+    if (k >= w->kv_end)
+        return;
+    const fa_place at = fa_place_of(p, io, &w->s.k, k);
+    for (int v = 0; v < 2; v++) {
+        const uint unit = fa_unit_bytes(p, v), bytes = (uint)fa_row_units(p, v) * unit;
+        __global const uchar *row = (__global const uchar *)(v ? io->v : io->k) +
+                                    fa_row_at(v ? &w->s.v : &w->s.k, at) * unit;
+        for (uint b = 0; b < bytes; b += 64)
+            __builtin_prefetch(row + b);
+    }
+#endif
+}
+
 /* The scores of a block with the modifiers of the contract's order applied: softcap and
  * ALiBi on whole vectors (each lane's slope and position), a mask row by row, entry by entry.
  * Hidden keys' scores are replaced afterwards. */
@@ -286,6 +320,8 @@ __kernel void FCL_CAT(attention_rows_one, FA_NAME)(FA_KERNEL_ARGS)
             l[h] = 0.0f;
         }
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FCL_VEC) {
+            for (uint j = 0; j < FCL_VEC; j++) /* two blocks ahead */
+                fa_rows_prefetch_key(p, io, &w, k0 + 2 * FCL_VEC + j);
             for (uint j = 0; j < FCL_VEC; j++)
                 fa_rows_load_key(p, io, &w, k0 + j, dim, nq * FCL_VEC, kb[j], dim_v, nv * FCL_VEC,
                                  vb[j]);

@@ -69,7 +69,7 @@ typedef struct fcl_scratch {
 typedef struct fcl_kernel_plan {
     size_t work_group_size, vector_width, block_items, attention_accumulators;
     size_t attention_prefetch_items;
-    int force_inline, kv_decode_calls, attention_pv_vec, attention_prefetch;
+    int force_inline, kv_decode_calls, cache_prefetch, attention_pv_vec, attention_prefetch;
     /* Per head-dim bucket, the tile and its work-group (fcl_plan_attention_tile); block_q 0:
      * the rows kernel (a block of queries per work-item) serves that bucket. */
     struct fcl_attention_tile tile[FCL_ATTENTION_BUCKETS];
@@ -362,6 +362,7 @@ typedef struct fcl_tuning {
                                         work-item in registers (16, 32, 48 or 64) */
     int force_inline;          /* the kernels force their helpers inline (FCL_FORCE_INLINE) */
     int kv_decode_calls;       /* K/V formats decoded by calls, not inline (FCL_KV_CALLS) */
+    int cache_prefetch;        /* the rows decode kernel prefetches rows (FA_CACHE_PREFETCH) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */

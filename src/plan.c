@@ -52,8 +52,9 @@ static const struct device_entry {
      * of each a work-item holds in registers at most (FA_PF_MAX). */
     size_t attention_accumulators;
     int attention_pv_vec, attention_prefetch, attention_prefetch_items;
-    /* K/V formats decoded by calls rather than inlined at every load (FCL_KV_CALLS). */
-    int kv_decode_calls;
+    /* K/V formats decoded by calls rather than inlined at every load (FCL_KV_CALLS); whether
+     * the rows decode kernel asks the caches for K and V rows ahead (FA_CACHE_PREFETCH). */
+    int kv_decode_calls, cache_prefetch;
 } device_table[] = {
     /* Warps of 32; 256 work-items per row hide the memory latency; float4 loads coalesce
      * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, 8 or more
@@ -66,7 +67,7 @@ static const struct device_entry {
      * head dims 64 and 128). 48 of a 32 x 32 tile's 64 elements a work-item prefetched at
      * head dim 128: 11% faster than 32 in float32 and f16 storage (6% causal); 52 to 64
      * 6-9%, 40 and 44 within 4% (H200, same calls). */
-    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96, 1, 1, 48, 0},
+    {0x10de, CL_DEVICE_TYPE_GPU, "NVIDIA GPU", 256, 4, 16, 8, 96, 1, 1, 48, 0, 0},
     /* Wavefronts of 64; 256 is the largest work-group AMD's OpenCL allows by default. The
      * register rows as on NVIDIA (not measured on AMD hardware). 76 accumulators: on wave32
      * RDNA2 (gfx1030, .ci/amd-offline-check.sh) the 32 x 32 tile at head_dim 128 (80)
@@ -77,9 +78,9 @@ static const struct device_entry {
      * (27-71: the fetched tile stays live through the scores); gfx90a has room for both.
      * The decode kernel's build for K/V formats spilled 48-188 bytes on gfx1030 with its
      * decoders inlined at every load, none as calls. */
-    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76, 0, 0, 32, 1},
+    {0x1002, CL_DEVICE_TYPE_GPU, "AMD GPU", 256, 4, 16, 8, 76, 0, 0, 32, 1, 0},
     /* Decoders inlined: on the H200 7-9% faster than as calls. */
-    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80, 0, 1, 32, 0},
+    {0, CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR, "GPU", 256, 4, 16, 8, 80, 0, 1, 32, 0, 0},
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
@@ -89,8 +90,16 @@ static const struct device_entry {
      * Mesa's llvmpipe its tiles (16 x 16, where one buffer leaves room for 16 x 32) ran up
      * to 20% slower. Here the rows kernel runs the calls and the tile and decode kernels only
      * tests: their K/V decoders as calls cut POCL's compile of those builds by a third (72 to
-     * 49 s at head dim 64). */
-    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 0, 32, 1},
+     * 49 s at head dim 64).
+     * x86 CPUs of POCL and Intel's runtime (vendor 0x8086, whatever the CPU's maker), which
+     * compile kernels to the CPU's own code, also prefetch K and V rows two blocks ahead in
+     * the rows decode kernel: rows of a [batch][len][heads][dim] cache lie heads * row bytes
+     * apart, a stride the CPU's prefetchers do not follow (POCL 3.1, 2 cores, B2 H32/8 Lk 8K
+     * D128 in that layout: f16 30.0 -> 15.0 ms, q8_0 16.7 -> 11.6; [batch][heads][len][dim]
+     * as before). Mesa's rusticl (vendor 0) turns kernels into SPIR-V, whose translator
+     * refuses the prefetch. */
+    {0x8086, CL_DEVICE_TYPE_CPU, "x86 CPU", 4, 0, 0, 1, 80, 0, 0, 32, 1, 1},
+    {0, CL_DEVICE_TYPE_CPU, "CPU", 4, 0, 0, 1, 80, 0, 0, 32, 1, 0},
 };
 
 static size_t width_in_range(size_t w) { return w >= 16 ? 16 : w >= 8 ? 8 : 4; }
@@ -233,6 +242,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
      * leaves; it needs no speed. */
     t->force_inline = strstr(info->name, "Oclgrind") == NULL;
     t->kv_decode_calls = e->kv_decode_calls;
+    t->cache_prefetch = e->cache_prefetch;
     t->attention_mma = 1;
     t->attention_kv_decode = 1;
     t->softmax_nv = 1;

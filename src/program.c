@@ -158,7 +158,8 @@ static char *program_source(const kernel_plan *plan, const parts *p)
                          "#define FCL_FORCE_INLINE %d\n",
                      plan->vector_width, plan->force_inline);
     if (attention)
-        fcl_text_add(&t, "#define FCL_KV_CALLS %d\n", plan->kv_decode_calls);
+        fcl_text_add(&t, "#define FCL_KV_CALLS %d\n#define FA_CACHE_PREFETCH %d\n",
+                     plan->kv_decode_calls, plan->cache_prefetch);
     fcl_text_add(&t, "#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n", fcl_cl_kv_formats,
                  fcl_cl_common);
     if (p->softmax) {
@@ -764,6 +765,7 @@ static kernel_plan initial_plan(const fcl_device_info *info, const fcl_tuning *t
     plan.attention_accumulators = tuning->attention_accumulators;
     plan.force_inline = tuning->force_inline;
     plan.kv_decode_calls = tuning->kv_decode_calls;
+    plan.cache_prefetch = tuning->cache_prefetch;
     plan.attention_pv_vec = tuning->attention_pv_vec;
     plan.attention_prefetch = tuning->attention_prefetch;
     plan.attention_prefetch_items = tuning->attention_prefetch_items;

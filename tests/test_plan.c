@@ -778,8 +778,16 @@ static void test_tuning(void **state)
     assert_int_equal(t.vector_width, 4);
     assert_int_equal(t.attention_tile, -1);
     assert_int_equal(fcl_tuning_for(NULL, &cpu, "", &t), FCL_SUCCESS);
-    assert_string_equal(t.source, "CPU defaults");
+    assert_string_equal(t.source, "x86 CPU defaults");
     assert_int_equal(t.vector_width, 16); /* the device's preferred width */
+    assert_int_equal(t.cache_prefetch, 1);
+    fcl_device_info mesa = cpu; /* Mesa's rusticl: SPIR-V, which has no prefetch */
+    mesa.vendor_id = 0;
+    fcl_tuning mesa_t;
+    assert_int_equal(fcl_tuning_for(NULL, &mesa, NULL, &mesa_t), FCL_SUCCESS);
+    assert_string_equal(mesa_t.source, "CPU defaults");
+    assert_int_equal(mesa_t.cache_prefetch, 0);
+    assert_int_equal(mesa_t.vector_width, t.vector_width);
     assert_int_equal(cpu.softmax_vector_width, 16);
 
     assert_int_equal(t.softmax_rows, 1);
@@ -788,7 +796,7 @@ static void test_tuning(void **state)
         fcl_tuning_for(NULL, &cpu, "softmax_wg=256,vector_width=4,attention_tile=8x16,softmax_rows=0", &t),
         FCL_SUCCESS);
     assert_int_equal(t.softmax_rows, 0);
-    assert_string_equal(t.source, "CPU defaults + FLASHCL_TUNE");
+    assert_string_equal(t.source, "x86 CPU defaults + FLASHCL_TUNE");
     assert_int_equal(t.softmax_work_group, 256);
     assert_int_equal(t.vector_width, 4);
     size_t bq, bk;
@@ -853,15 +861,15 @@ static void test_tuning_resolve(void **state)
     assert_int_equal(t.vector_width, 8);
     assert_int_equal(t.softmax_work_group, 8);
     assert_true(t.attention_rows);
-    assert_string_equal(t.source, "CPU defaults + tuned + FLASHCL_TUNE");
+    assert_string_equal(t.source, "x86 CPU defaults + tuned + FLASHCL_TUNE");
     assert_int_equal(fcl_tuning_resolve(NULL, &pocl, "", "vector_width=8", "softmax_wg=8", &t),
                      FCL_SUCCESS);
     assert_int_equal(t.vector_width, 16);
-    assert_string_equal(t.source, "CPU defaults");
+    assert_string_equal(t.source, "x86 CPU defaults");
     /* Tiles on POCL 5.0: refused where asked for, ignored where stored. */
     assert_int_equal(fcl_tuning_resolve(NULL, &pocl, NULL, NULL, "attention_rows=0", &t),
                      FCL_ERROR_UNSUPPORTED);
-    assert_non_null(strstr(fcl_context_last_error(NULL), "attention_rows=0 (CPU defaults + "
+    assert_non_null(strstr(fcl_context_last_error(NULL), "attention_rows=0 (x86 CPU defaults + "
                                                           "FLASHCL_TUNE): POCL 5.0+debian's"));
     assert_int_equal(fcl_tuning_resolve(NULL, &pocl, "attention_rows=0", NULL, NULL, &t),
                      FCL_ERROR_UNSUPPORTED);
