@@ -1,8 +1,9 @@
 /* Decoding from 8-, 5- and 4-bit K/V caches on NVIDIA's tensor cores: GQA rows
  * (fcl_attention_gqa_rows: up to 8 query rows of one kv head, len_q 1) of f16 or float32 q
  * over K and V each in q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, int8, fp8 E4M3 or E5M2, head
- * dims equal to the bucket's. A vendor fast path beside the tensor-core kernel's _kv builds, which serve every other coded call (and are its reference
- * with the portable kernels); the planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
+ * dims equal to the bucket's. A vendor fast path beside the tensor-core kernel's _kv builds,
+ * which serve every other coded call (and are its reference with the portable kernels); the
+ * planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
  *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128)
  *   FA_D        head_dim and head_dim_v (64, 128 or 256)
