@@ -263,6 +263,20 @@ ulong fa_row_units(const fa_params *p, int v)
 }
 #undef FCL_KV_ROW_CASE
 
+/* The bytes of one of those units in K's (v = 0) or V's buffer (a float format's element,
+ * a coded format's byte), as the host's fcl_format_unit_bytes. */
+#define FCL_KV_UNIT_CASE(NAME, name, value, dtype, elems, bytes, roles)                        \
+    case value: return (roles) & FCL_ROLE_FLOAT ? bytes : 1;
+FCL_INLINE uint fa_unit_bytes(const fa_params *p, int v)
+{
+    /* without FA_FLAG_KV, K and V are dtype_kv (fcl_dtype t is format t + 1) */
+    switch (p->flags & FA_FLAG_KV ? (v ? p->format_v : p->format_k) : p->dtype_kv + 1) {
+    FCL_KV_FORMATS(FCL_KV_UNIT_CASE)
+    default: return 1;
+    }
+}
+#undef FCL_KV_UNIT_CASE
+
 /* Rows [start, start + len) of a packed tensor (row 0 at base) that lie inside a buffer of
  * limit elements, rows of dim elements: len cut so that none reaches past it. The host
  * validated unpacked and paged extents; packed starts come from the device. */

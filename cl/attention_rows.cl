@@ -57,21 +57,6 @@ FCL_INLINE void fa_rows_load_key(const fa_params *p, const fa_io *io, const fa_w
                 in_range ? dim_v : 0, cap_v);
 }
 
-#if FA_CACHE_PREFETCH
-#define FA_UNIT_CASE(NAME, name, value, dtype, elems, bytes, roles)                             \
-    case value: return (roles) & FCL_ROLE_FLOAT ? bytes : 1;
-/* The bytes of a unit of fa_row_units in K's (v = 0) or V's buffer. */
-FCL_INLINE uint fa_unit_bytes(const fa_params *p, int v)
-{
-    const uint format = p->flags & FA_FLAG_KV ? (v ? p->format_v : p->format_k) : p->dtype_kv + 1;
-    switch (format) {
-    FCL_KV_FORMATS(FA_UNIT_CASE)
-    default: return 1;
-    }
-}
-#undef FA_UNIT_CASE
-#endif
-
 /* With FA_CACHE_PREFETCH (the device table's: CPUs whose compiler emits their own code), asks
  * the caches for key k's K and V rows, a 64-byte line at a time, before they are loaded: rows
  * of a [batch][len][heads][dim] cache lie heads * row bytes apart, a stride the CPU's own
