@@ -72,7 +72,7 @@ typedef struct fcl_context_options {
     /* NULL: env FLASHCL_CACHE_DIR, else $XDG_CACHE_HOME/flashcl or ~/.cache/flashcl.
      * "" disables the on-disk program-binary cache (and the tuned parameters kept there). */
     const char *cache_dir;
-    /* The kernels' parameters (docs/REFERENCE.md, "Tuning"). NULL: the device table's
+    /* The kernels' parameters (docs/devices.md, "Tuning"). NULL: the device table's
      * defaults, then the parameters flashcl-tune stored for this device and driver in the
      * cache directory (fcl_tuning_store), then env FLASHCL_TUNE. Otherwise the defaults with
      * exactly these overrides, in FLASHCL_TUNE's form "key=value,..." ("" for the defaults
