@@ -1,0 +1,14 @@
+"""flashcl: portable OpenCL softmax and single-pass attention, with FlashAttention-2's Python
+calls on numpy arrays. See the repository's README.md and docs/python.md."""
+from ._calls import (Context, Error, default_context, flash_attn_func, flash_attn_varlen_func,
+                     softmax)
+from ._lib import lib as _c
+
+
+def version():
+    """The C library's version string."""
+    return _c.fcl_version_string().decode()
+
+
+__all__ = ["Context", "Error", "default_context", "flash_attn_func", "flash_attn_varlen_func",
+           "softmax", "version"]

@@ -1,0 +1,272 @@
+"""flashcl's calls on numpy arrays, with FlashAttention-2's names, arguments and semantics
+(flash_attn_interface.py): inputs are read where they lie (any strides with the last axis
+contiguous), outputs are new arrays of q's type, and the C library checks every argument
+before it touches the device."""
+import ctypes
+import math
+import threading
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+
+
+class Error(RuntimeError):
+    """A device or driver failure (the C library's status other than an invalid argument)."""
+
+
+def _dtype_code(dtype):
+    if dtype == np.float32:
+        return _lib.DTYPE_F32
+    if dtype == np.float16:
+        return _lib.DTYPE_F16
+    if dtype.name == "bfloat16":  # ml_dtypes' bfloat16, the upper half of a float32
+        return _lib.DTYPE_BF16
+    raise TypeError(f"flashcl: arrays of {dtype} are not supported (float32, float16, bfloat16)")
+
+
+class Context:
+    """A flashcl context on one OpenCL device: device as FLASHCL_DEVICE takes it ("gpu",
+    "cpu", "P:D", part of a name; None: FLASHCL_DEVICE, else the first GPU, else the CPU).
+    May be used from several threads at once."""
+
+    def __init__(self, device=None, cache_dir=None, tuning=None):
+        self._handle = None
+        opts = _lib.ContextOptions(device.encode() if device else None,
+                                   cache_dir.encode() if cache_dir is not None else None,
+                                   tuning.encode() if tuning is not None else None)
+        handle = ctypes.c_void_p()
+        status = lib.fcl_context_create(ctypes.byref(opts), ctypes.byref(handle))
+        if status != _lib.SUCCESS:
+            raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: "
+                        f"{(lib.fcl_context_last_error(None) or b'').decode()}")
+        self._handle = handle
+
+    def close(self):
+        if self._handle:
+            lib.fcl_context_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+    def _check(self, status):
+        if status == _lib.SUCCESS:
+            return
+        why = (lib.fcl_context_last_error(self._handle) or b"").decode()
+        if status == _lib.ERROR_INVALID_ARGUMENT:
+            raise ValueError(f"flashcl: {why}")
+        raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: {why}")
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_context():
+    """The process's context, created on first use (thread-safe)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Context()
+        return _default
+
+
+def _pointer(a):
+    return None if a is None else ctypes.c_void_p(a.ctypes.data)
+
+
+def _strided(a, name, ndim):
+    """a as an array flashcl reads in place: ndim axes, the last contiguous, the others
+    non-negative multiples of the element size (else a contiguous copy)."""
+    a = np.asarray(a)
+    if a.ndim != ndim:
+        raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
+                         f"(shape {a.shape})")
+    size = a.itemsize
+    if a.strides[-1] != size or any(s < 0 or s % size for s in a.strides):
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def _int32(a, name, length):
+    a = np.ascontiguousarray(a, dtype=np.int32)
+    if a.ndim != 1 or a.shape[0] != length:
+        raise ValueError(f"flashcl: {name} must have shape ({length},), not {a.shape}")
+    return a
+
+
+def _view(a, axes):
+    """The fcl_tensor_view of a (element strides): axes names (batch, token, head) axes."""
+    s = [st // a.itemsize for st in a.strides]
+    v = _lib.TensorView(0, 0, 0, 0)
+    batch, token, head = axes
+    v.batch_stride = s[batch] if batch is not None else 0
+    v.token_stride, v.head_stride = s[token], s[head]
+    if v.batch_stride == v.token_stride == v.head_stride == 0:
+        v.token_stride = 1  # a broadcast tensor: strides of 0 would mean the layout's
+    return v
+
+
+def _scale(softmax_scale, head_dim):
+    if softmax_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    # flashcl reads 0 as "the default": FlashAttention's 0 (every score 0) is the smallest
+    # float32 above 0, whose scores are 0 in float32 but for the largest products
+    return float(softmax_scale) if softmax_scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
+
+
+def _window(desc, window_size, causal):
+    left, right = window_size
+    if left < 0 and right < 0:
+        return
+    desc.window = 1
+    desc.window_left = _lib.WINDOW_UNBOUNDED if left < 0 else int(left)
+    desc.window_right = _lib.WINDOW_UNBOUNDED if right < 0 else int(right)
+
+
+def _alibi(desc, io, alibi_slopes, batch, heads):
+    if alibi_slopes is None:
+        return None
+    slopes = np.ascontiguousarray(alibi_slopes, dtype=np.float32)
+    if slopes.shape not in ((heads,), (batch, heads)):
+        raise ValueError(f"flashcl: alibi_slopes must have shape ({heads},) or ({batch}, {heads}),"
+                         f" not {slopes.shape}")
+    desc.alibi_slopes_batch_stride = heads if slopes.ndim == 2 else 0
+    io.alibi_slopes = _pointer(slopes)
+    return slopes
+
+
+def _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
+    if dropout_p != 0.0:
+        raise ValueError("flashcl: dropout_p must be 0 (flashcl is for inference)")
+    if k.dtype != v.dtype:
+        raise TypeError(f"flashcl: k and v must have one dtype, not {k.dtype} and {v.dtype}")
+    desc.dtype_q = desc.dtype_o = _dtype_code(q.dtype)
+    desc.dtype_kv = _dtype_code(k.dtype)
+    desc.head_dim, desc.head_dim_v = q.shape[-1], v.shape[-1]
+    desc.heads_q, desc.heads_kv = q.shape[-2], k.shape[-2]
+    desc.scale = _scale(softmax_scale, q.shape[-1])
+    desc.causal = _lib.CAUSAL_BOTTOM_RIGHT if causal else 0
+    desc.layout = _lib.LAYOUT_BLHD
+    desc.softcap = float(softcap)
+    _window(desc, window_size, causal)
+    io.q, io.k, io.v = _pointer(q), _pointer(k), _pointer(v)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                    return_attn_probs=False, *, sinks=None, context=None):
+    """Attention over a batch of equal-length sequences, as FlashAttention-2's function.
+
+    q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim[_v]),
+    nheads a multiple of nheads_k (MQA, GQA); float32, float16 or bfloat16 (ml_dtypes).
+    causal and window_size (left, right; -1: unbounded) are aligned to the bottom right of
+    the score matrix; softcap > 0 caps the scores (softcap * tanh(s / softcap));
+    alibi_slopes (nheads,) or (batch, nheads) float32 subtract slope * |i + seqlen_k -
+    seqlen_q - j|. Beyond FlashAttention: sinks (nheads,) float32, one extra logit per head
+    in the denominator (gpt-oss); context, the flashcl.Context to run on.
+    Returns out (batch, seqlen_q, nheads, headdim_v) of q's type; with return_attn_probs,
+    (out, softmax_lse (batch, nheads, seqlen_q) float32, None)."""
+    q, k, v = _strided(q, "q", 4), _strided(k, "k", 4), _strided(v, "v", 4)
+    ctx = context or default_context()
+    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
+    _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    desc.batch, desc.len_q, desc.len_kv = q.shape[0], q.shape[1], k.shape[1]
+    desc.q_view, desc.k_view, desc.v_view = _view(q, (0, 1, 2)), _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
+    keep = [_alibi(desc, io, alibi_slopes, q.shape[0], q.shape[2])]
+    if sinks is not None:
+        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
+        io.sinks = _pointer(keep[-1])
+    out = np.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
+    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
+    io.out, io.lse = _pointer(out), _pointer(lse) if return_attn_probs else None
+    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                           softcap=0.0, alibi_slopes=None, deterministic=False,
+                           return_attn_probs=False, block_table=None, *, sinks=None,
+                           context=None):
+    """Attention over packed sequences of different lengths, as FlashAttention-2's function.
+
+    q: (total_q, nheads, headdim); k, v: (total_k, nheads_k, headdim), or with block_table
+    (batch, max_blocks) int32 a paged cache (num_blocks, page_block_size, nheads_k, headdim)
+    whose sequence b has cu_seqlens_k[b + 1] - cu_seqlens_k[b] keys. cu_seqlens_q and
+    cu_seqlens_k: (batch + 1,) int32 from 0, non-decreasing. The rest as flash_attn_func;
+    softmax_lse is (nheads, total_q)."""
+    q = _strided(q, "q", 3)
+    paged = block_table is not None
+    k, v = _strided(k, "k", 4 if paged else 3), _strided(v, "v", 4 if paged else 3)
+    ctx = context or default_context()
+    batch = np.asarray(cu_seqlens_q).shape[0] - 1
+    if batch < 1:
+        raise ValueError("flashcl: cu_seqlens_q must have at least 2 entries")
+    cu_q = _int32(cu_seqlens_q, "cu_seqlens_q", batch + 1)
+    cu_k = _int32(cu_seqlens_k, "cu_seqlens_k", batch + 1)
+    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
+    _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    desc.batch, desc.len_q, desc.len_kv = batch, int(max_seqlen_q), int(max_seqlen_k)
+    desc.q_view = _view(q, (None, 0, 1))
+    keep = [cu_q, cu_k, _alibi(desc, io, alibi_slopes, batch, q.shape[1])]
+    io.cu_seqlens_q = _pointer(cu_q)
+    if paged:
+        table = np.ascontiguousarray(block_table, dtype=np.int32)
+        if table.ndim != 2 or table.shape[0] != batch:
+            raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
+                             f"not {table.shape}")
+        lengths = np.diff(cu_k).astype(np.int32)
+        keep += [table, lengths]
+        desc.page_size, desc.num_pages = k.shape[1], k.shape[0]
+        desc.block_table_stride = table.shape[1]
+        desc.k_view, desc.v_view = _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
+        io.block_table, io.seqlens_kv = _pointer(table), _pointer(lengths)
+    else:
+        desc.k_view, desc.v_view = _view(k, (None, 0, 1)), _view(v, (None, 0, 1))
+        io.cu_seqlens_kv = _pointer(cu_k)
+    if sinks is not None:
+        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
+        io.sinks = _pointer(keep[-1])
+    out = np.empty(q.shape[:2] + (v.shape[-1],), dtype=q.dtype)
+    lse = np.empty((q.shape[1], q.shape[0]), dtype=np.float32)
+    io.out, io.lse = _pointer(out), _pointer(lse) if return_attn_probs else None
+    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=None):
+    """Softmax (log: log-softmax) of scale * x + mask over the last axis, in float32 whatever
+    x's type (float32, float16, bfloat16); mask float32, broadcast to x's rows (one row for
+    all, or a row each). Returns an array of x's type, and with return_lse the float32
+    log-sum-exp of each row."""
+    x = np.asarray(x)
+    if x.ndim < 1 or x.shape[-1] == 0:
+        raise ValueError(f"flashcl: x must have a non-empty last axis (shape {x.shape})")
+    rows = x.reshape(-1, x.shape[-1]) if x.size else x.reshape(0, x.shape[-1])
+    rows = rows if rows.strides[-1] == rows.itemsize and rows.strides[0] >= 0 and \
+        rows.strides[0] % rows.itemsize == 0 else np.ascontiguousarray(rows)
+    ctx = context or default_context()
+    desc, io = _lib.SoftmaxDesc(), _lib.SoftmaxHostIO()
+    desc.rows, desc.cols = rows.shape
+    desc.in_stride = rows.strides[0] // rows.itemsize
+    desc.dtype = _dtype_code(rows.dtype)
+    desc.scale = float(scale) if scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
+    desc.log = int(bool(log))
+    keep = None
+    if mask is not None:
+        keep = np.ascontiguousarray(mask, dtype=np.float32)
+        if keep.shape[-1] != desc.cols or keep.size not in (desc.cols, desc.rows * desc.cols):
+            raise ValueError(f"flashcl: mask must have one row of {desc.cols} or one a row of x, "
+                             f"not shape {keep.shape}")
+        desc.mask_stride = desc.cols if keep.size > desc.cols else 0
+        io.mask = _pointer(keep)
+    out = np.empty(rows.shape, dtype=rows.dtype)
+    lse = np.empty(rows.shape[0], dtype=np.float32)
+    if desc.rows:
+        io.in_, io.out, io.lse = _pointer(rows), _pointer(out), _pointer(lse)
+        ctx._check(lib.fcl_softmax_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+    out, lse = out.reshape(x.shape), lse.reshape(x.shape[:-1])
+    return (out, lse) if return_lse else out

@@ -1,0 +1,107 @@
+"""The C library through ctypes: where it is found, and flashcl.h's structs and calls.
+
+The structs mirror include/flashcl.h field by field (tests/python/test_layout.py compares
+their sizes and offsets with the C compiler's); a field missing here stays zero, which the
+C API reads as its default.
+"""
+import ctypes
+import ctypes.util
+import os
+
+_size = ctypes.c_size_t
+_enum = ctypes.c_int  # the C enums' type on the platforms flashcl builds for
+
+
+class TensorView(ctypes.Structure):
+    _fields_ = [("offset", _size), ("batch_stride", _size), ("head_stride", _size),
+                ("token_stride", _size)]
+
+
+class ContextOptions(ctypes.Structure):
+    _fields_ = [("device", ctypes.c_char_p), ("cache_dir", ctypes.c_char_p),
+                ("tuning", ctypes.c_char_p)]
+
+
+class SoftmaxDesc(ctypes.Structure):
+    _fields_ = [("rows", _size), ("cols", _size), ("in_stride", _size), ("out_stride", _size),
+                ("dtype", _enum), ("scale", ctypes.c_float), ("log", ctypes.c_int),
+                ("mask_stride", _size), ("algo", _enum), ("heads", _size), ("head_rows", _size),
+                ("mask_rows", _size), ("mask_dtype", _enum), ("alibi_from_mask", ctypes.c_int)]
+
+
+class SoftmaxHostIO(ctypes.Structure):
+    _fields_ = [("in_", ctypes.c_void_p), ("mask", ctypes.c_void_p), ("out", ctypes.c_void_p),
+                ("lse", ctypes.c_void_p), ("sinks", ctypes.c_void_p),
+                ("alibi_slopes", ctypes.c_void_p)]
+
+
+class AttentionDesc(ctypes.Structure):
+    _fields_ = [("batch", _size), ("heads_q", _size), ("heads_kv", _size), ("len_q", _size),
+                ("len_kv", _size), ("head_dim", _size), ("head_dim_v", _size),
+                ("scale", ctypes.c_float), ("causal", _enum), ("mask_type", _enum),
+                ("mask_stride_batch", _size), ("mask_stride_head", _size),
+                ("mask_stride_q", _size), ("layout", _enum), ("dtype_q", _enum),
+                ("dtype_kv", _enum), ("dtype_o", _enum), ("kv_splits", _size),
+                ("q_view", TensorView), ("k_view", TensorView), ("v_view", TensorView),
+                ("o_view", TensorView), ("page_size", _size), ("num_pages", _size),
+                ("block_table_stride", _size), ("softcap", ctypes.c_float),
+                ("alibi_slopes_batch_stride", _size), ("alibi_from_mask", ctypes.c_int),
+                ("window", ctypes.c_int), ("window_left", _size), ("window_right", _size),
+                ("precision", _enum), ("format_k", _enum), ("format_v", _enum),
+                ("scale_mode_k", _enum), ("scale_mode_v", _enum), ("k_scale", ctypes.c_float),
+                ("v_scale", ctypes.c_float), ("k_scales_batch_stride", _size),
+                ("v_scales_batch_stride", _size), ("k_scales_view", TensorView),
+                ("v_scales_view", TensorView)]
+
+
+class AttentionHostIO(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("q", "k", "v", "mask", "out", "lse", "seqlens_kv", "cu_seqlens_q",
+                 "cu_seqlens_kv", "block_table", "alibi_slopes", "sinks", "k_scales",
+                 "v_scales")]
+
+
+# flashcl.h's constants that the Python calls use
+SUCCESS, ERROR_INVALID_ARGUMENT = 0, -1
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+CAUSAL_BOTTOM_RIGHT = 2
+LAYOUT_BLHD = 1
+WINDOW_UNBOUNDED = ctypes.c_size_t(-1).value
+
+
+def _find_library():
+    """FLASHCL_LIBRARY, else the copy installed beside this package, else the system's."""
+    explicit = os.environ.get("FLASHCL_LIBRARY")
+    if explicit:
+        return explicit
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("libflashcl.so") or name in ("libflashcl.dylib", "flashcl.dll"):
+            return os.path.join(here, name)
+    found = ctypes.util.find_library("flashcl")
+    if not found:
+        raise ImportError("flashcl: the C library was not found (pip install . builds it; "
+                          "or set FLASHCL_LIBRARY to libflashcl.so)")
+    return found
+
+
+def _declare(lib):
+    ptr = ctypes.c_void_p
+    sig = {
+        "fcl_context_create": (ctypes.c_int, [ctypes.POINTER(ContextOptions), ctypes.POINTER(ptr)]),
+        "fcl_context_destroy": (None, [ptr]),
+        "fcl_context_last_error": (ctypes.c_char_p, [ptr]),
+        "fcl_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+        "fcl_version_string": (ctypes.c_char_p, []),
+        "fcl_softmax_run_host": (ctypes.c_int, [ptr, ctypes.POINTER(SoftmaxDesc),
+                                                ctypes.POINTER(SoftmaxHostIO)]),
+        "fcl_attention_run_host": (ctypes.c_int, [ptr, ctypes.POINTER(AttentionDesc),
+                                                  ctypes.POINTER(AttentionHostIO)]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib
+
+
+lib = _declare(ctypes.CDLL(_find_library()))

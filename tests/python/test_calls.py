@@ -1,0 +1,229 @@
+"""flashcl's Python calls against a float64 numpy reference of FlashAttention-2's semantics,
+on the default device (POCL in CI): fresh random inputs each run (FLASHCL_TEST_SEED repeats
+one), the hard cases of the C suites, and errors."""
+import math
+import os
+
+import numpy as np
+import pytest
+
+import flashcl
+
+SEED = int(os.environ.get("FLASHCL_TEST_SEED", np.random.SeedSequence().entropy % 2**32))
+print(f"FLASHCL_TEST_SEED={SEED}")
+
+
+@pytest.fixture
+def rng(request):
+    return np.random.default_rng([SEED, sum(map(ord, request.node.name))])
+
+
+def reference(q, k, v, scale=None, causal=False, window=(-1, -1), softcap=0.0, slopes=None,
+              sinks=None):
+    """out (Lq, H, Dv) and lse (H, Lq) of one sequence in float64: q (Lq, H, D), k and v
+    (Lk, Hk, D)."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    lq, heads, dim = q.shape
+    lk, group = k.shape[0], heads // k.shape[1]
+    scale = 1 / math.sqrt(dim) if scale is None else scale
+    out = np.zeros((lq, heads, v.shape[2]))
+    lse = np.full((heads, lq), -np.inf)
+    if lq == 0 or (lk == 0 and sinks is None):
+        return out, lse
+    pos = np.arange(lq)[:, None] + lk - lq  # the query's place among the keys
+    j = np.arange(lk)[None, :]
+    visible = np.ones((lq, lk), dtype=bool)
+    if causal:
+        visible &= j <= pos
+    if window[0] >= 0:
+        visible &= j >= pos - window[0]
+    if window[1] >= 0:
+        visible &= j <= pos + window[1]
+    for h in range(heads):
+        s = scale * q[:, h] @ k[:, h // group].T
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        if slopes is not None:
+            s -= slopes[h] * np.abs(pos - j)
+        s = np.where(visible, s, -np.inf)
+        if sinks is not None:
+            s = np.concatenate([s, np.full((lq, 1), float(sinks[h]))], axis=1)
+        m = s.max(axis=1, keepdims=True)
+        m = np.where(np.isfinite(m), m, 0.0)
+        e = np.exp(s - m)
+        total = e.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p = np.where(total[:, None] > 0, e / total[:, None], 0.0)
+            lse[h] = np.log(total) + m[:, 0]
+        out[:, h] = p[:, :lk] @ v[:, h // group]
+    return out, lse
+
+
+def assert_close(got, want, dtype, what):
+    got = np.asarray(got, dtype=np.float64)
+    if dtype == np.float32:
+        atol, nmse_max = 5e-5, 1e-8
+    else:  # half storage: f16 rounding of q, k, v, p and the output
+        atol, nmse_max = 4e-3, 1e-5
+    err = np.abs(got - want)
+    assert np.all((err <= atol) | (np.isinf(want) & (got == want))), \
+        f"{what}: max |err| {np.nanmax(err)}"
+    finite = np.isfinite(want)
+    nmse = np.sum((got - want)[finite] ** 2) / max(np.sum(want[finite] ** 2), 1e-300)
+    assert nmse <= nmse_max, f"{what}: NMSE {nmse}"
+
+
+def assert_lse(got, want):
+    both_inf = np.isinf(want) & (got == want)
+    with np.errstate(invalid="ignore"):
+        near = np.abs(got - want) <= 1e-5 * np.maximum(1, np.abs(want))
+    assert np.all(both_inf | near), f"lse {got} want {want}"
+
+
+def tensors(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", [
+    dict(b=2, lq=7, lk=19, h=4, hk=2, d=64, causal=True),
+    dict(b=1, lq=33, lk=33, h=3, hk=3, d=40, causal=False),
+    dict(b=3, lq=1, lk=130, h=8, hk=1, d=128, causal=True),           # MQA decoding
+    dict(b=1, lq=20, lk=9, h=2, hk=1, d=32, causal=True),             # rows that see no key
+    dict(b=2, lq=16, lk=48, h=4, hk=2, d=64, window=(8, 0), causal=True),
+    dict(b=1, lq=12, lk=30, h=2, hk=2, d=64, window=(3, 2), softcap=5.0, causal=False),
+    dict(b=2, lq=5, lk=23, h=4, hk=4, d=64, alibi=True, causal=True),
+    dict(b=1, lq=9, lk=17, h=4, hk=2, d=64, sinks=True, causal=True),
+])
+def test_flash_attn_func(rng, dtype, case):
+    b, lq, lk, h, hk, d = (case[x] for x in ("b", "lq", "lk", "h", "hk", "d"))
+    q, k, v = tensors(rng, (b, lq, h, d), dtype), tensors(rng, (b, lk, hk, d), dtype), \
+        tensors(rng, (b, lk, hk, d), dtype)
+    slopes = rng.uniform(0.05, 0.5, h).astype(np.float32) if case.get("alibi") else None
+    sinks = rng.standard_normal(h).astype(np.float32) if case.get("sinks") else None
+    window = case.get("window", (-1, -1))
+    softcap = case.get("softcap", 0.0)
+    q0 = q.copy()
+    out, lse, none = flashcl.flash_attn_func(q, k, v, causal=case["causal"], window_size=window,
+                                             softcap=softcap, alibi_slopes=slopes,
+                                             return_attn_probs=True, sinks=sinks)
+    assert none is None and out.dtype == dtype and lse.dtype == np.float32
+    assert out.shape == (b, lq, h, d) and lse.shape == (b, h, lq)
+    assert np.array_equal(q, q0)
+    for i in range(b):
+        want, want_lse = reference(q[i], k[i], v[i], causal=case["causal"], window=window,
+                                   softcap=softcap, slopes=slopes, sinks=sinks)
+        assert_close(out[i], want, dtype, f"sequence {i}")
+        assert_lse(lse[i], want_lse)
+
+
+def test_views_and_scale(rng):
+    """q, k and v as slices of one fused tensor (read in place), a given softmax_scale."""
+    qkv = tensors(rng, (2, 11, 3, 6, 64), np.float32)  # (batch, len, q/k/v, heads, dim)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out = flashcl.flash_attn_func(q, k, v, softmax_scale=0.3, causal=True)
+    for i in range(2):
+        assert_close(out[i], reference(q[i], k[i], v[i], scale=0.3, causal=True)[0], np.float32,
+                     f"sequence {i}")
+
+
+def test_bfloat16(rng):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    q, k, v = (tensors(rng, s, np.float32).astype(bf16) for s in ((1, 8, 2, 64),) * 3)
+    out = flashcl.flash_attn_func(q, k, v)
+    want = reference(q[0].astype(np.float32), k[0].astype(np.float32), v[0].astype(np.float32))[0]
+    assert out.dtype == bf16
+    assert np.max(np.abs(out[0].astype(np.float64) - want)) <= 4e-3 + 1e-2 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_flash_attn_varlen_func(rng, dtype):
+    lens_q, lens_k = [3, 0, 9, 1], [5, 0, 12, 7]  # an empty sequence
+    cu_q, cu_k = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
+    h, hk, d = 4, 2, 64
+    q = tensors(rng, (cu_q[-1], h, d), dtype)
+    k, v = tensors(rng, (cu_k[-1], hk, d), dtype), tensors(rng, (cu_k[-1], hk, d), dtype)
+    out, lse, _ = flashcl.flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                                  causal=True, return_attn_probs=True)
+    assert out.shape == (cu_q[-1], h, d) and lse.shape == (h, cu_q[-1])
+    for i in range(4):
+        sq, sk = slice(cu_q[i], cu_q[i + 1]), slice(cu_k[i], cu_k[i + 1])
+        want, want_lse = reference(q[sq], k[sk], v[sk], causal=True)
+        assert_close(out[sq], want, dtype, f"sequence {i}")
+        assert_lse(lse[:, sq], want_lse)
+
+
+@pytest.mark.parametrize("page", [1, 16, 17])
+def test_paged_cache(rng, page):
+    """A paged K/V cache with shuffled pages (block_table), sequences of unequal lengths."""
+    lens_q, lens_k = [1, 4, 2], [40, 9, 33]
+    h, hk, d = 8, 2, 64
+    pages_per = -(-max(lens_k) // page)
+    num_pages = 3 * pages_per + 2
+    table = rng.permutation(num_pages)[:3 * pages_per].reshape(3, pages_per).astype(np.int32)
+    k_cache, v_cache = (tensors(rng, (num_pages, page, hk, d), np.float32) for _ in range(2))
+    cu_q, cu_k = np.cumsum([0] + lens_q), np.cumsum([0] + lens_k)
+    q = tensors(rng, (cu_q[-1], h, d), np.float32)
+    out = flashcl.flash_attn_varlen_func(q, k_cache, v_cache, cu_q, cu_k, max(lens_q),
+                                         max(lens_k), causal=True, block_table=table)
+    for i in range(3):
+        keys = np.concatenate([np.arange(page) + p * page for p in table[i]])[:lens_k[i]]
+        kk = k_cache.reshape(-1, hk, d)[keys]
+        vv = v_cache.reshape(-1, hk, d)[keys]
+        sq = slice(cu_q[i], cu_q[i + 1])
+        assert_close(out[sq], reference(q[sq], kk, vv, causal=True)[0], np.float32,
+                     f"sequence {i}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_softmax(rng, dtype):
+    x = (tensors(rng, (3, 5, 77), np.float32) * 4).astype(dtype)
+    x[0, 0] = -np.inf                       # a row of all -inf: 0, lse -inf
+    x[1, 2, 5] = np.nan                     # a NaN: its row only
+    mask = np.where(rng.random(77) < 0.2, -np.inf, 0).astype(np.float32)
+    out, lse = flashcl.softmax(x, scale=0.5, mask=mask, return_lse=True)
+    s = 0.5 * x.astype(np.float64) + mask
+    with np.errstate(invalid="ignore"):
+        m = np.max(s, axis=-1, keepdims=True)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0))
+        want = e / e.sum(axis=-1, keepdims=True)
+    want[0, 0] = 0
+    got = out.astype(np.float64)
+    assert np.all(np.isnan(got[1, 2])) and not np.any(np.isnan(np.delete(got[1], 2, axis=0)))
+    assert np.all(got[0, 0] == 0) and lse[0, 0] == -np.inf
+    ok = ~np.isnan(want)
+    tol = 1e-6 + 1e-5 * np.abs(want) if dtype == np.float32 else 1e-7 + 1e-3 * np.abs(want)
+    assert np.all(np.abs(got - want)[ok] <= tol[ok])
+    log_out = flashcl.softmax(x[2], scale=0.5, mask=mask, log=True)
+    seen = want[2] > 0
+    assert np.allclose(log_out.astype(np.float64)[seen], np.log(want[2][seen]),
+                       atol=1e-5 if dtype == np.float32 else 1e-2)
+    assert np.all(log_out[~seen] == -np.inf)
+
+
+def test_errors(rng):
+    q = tensors(rng, (1, 4, 2, 64), np.float32)
+    k = tensors(rng, (1, 4, 3, 64), np.float32)  # 3 kv heads do not divide 2 query heads
+    with pytest.raises(ValueError, match="heads"):
+        flashcl.flash_attn_func(q, k, k)
+    with pytest.raises(ValueError, match="dropout_p"):
+        flashcl.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(ValueError, match="4 dimensions"):
+        flashcl.flash_attn_func(q[0], q[0], q[0])
+    with pytest.raises(TypeError, match="float64"):
+        flashcl.flash_attn_func(q.astype(np.float64), q, q)
+    with pytest.raises(ValueError, match="cu_seqlens"):
+        flashcl.flash_attn_varlen_func(q[0], q[0], q[0], [0, 5], [0, 4], 4, 4)  # past total_q
+    with pytest.raises(flashcl.Error):
+        flashcl.Context(device="no such device")
+
+
+def test_threads(rng):
+    """The default context from several threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+    q = tensors(rng, (1, 9, 2, 64), np.float32)
+    want = reference(q[0], q[0], q[0], causal=True)[0]
+    with ThreadPoolExecutor(4) as pool:
+        for out in pool.map(lambda _: flashcl.flash_attn_func(q, q, q, causal=True), range(8)):
+            assert_close(out[0], want, np.float32, "a thread's call")
