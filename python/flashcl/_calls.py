@@ -85,8 +85,10 @@ def _strided(a, name, ndim):
         raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
                          f"(shape {a.shape})")
     size = a.itemsize
-    if a.strides[-1] != size or any(s < 0 or s % size for s in a.strides):
-        a = np.ascontiguousarray(a)
+    lead = a.strides[:-1]
+    broadcast = all(s == 0 for s in lead) and any(n > 1 for n in a.shape[:-1])
+    if a.strides[-1] != size or any(s < 0 or s % size for s in a.strides) or broadcast:
+        a = np.ascontiguousarray(a)  # (zero strides everywhere would mean the layout's)
     return a
 
 
@@ -104,8 +106,6 @@ def _view(a, axes):
     batch, token, head = axes
     v.batch_stride = s[batch] if batch is not None else 0
     v.token_stride, v.head_stride = s[token], s[head]
-    if v.batch_stride == v.token_stride == v.head_stride == 0:
-        v.token_stride = 1  # a broadcast tensor: strides of 0 would mean the layout's
     return v
 
 
@@ -136,6 +136,16 @@ def _alibi(desc, io, alibi_slopes, batch, heads):
     desc.alibi_slopes_batch_stride = heads if slopes.ndim == 2 else 0
     io.alibi_slopes = _pointer(slopes)
     return slopes
+
+
+def _no_keys(out_shape, lse_shape, dtype, sinks, heads_axis):
+    """What a call without queries or keys gives: out 0, lse -inf (the sink, with sinks)."""
+    lse = np.full(lse_shape, -np.inf, dtype=np.float32)
+    if sinks is not None and lse.size:
+        shape = [1] * lse.ndim
+        shape[heads_axis] = -1
+        lse[...] = np.asarray(sinks, dtype=np.float32).reshape(shape)
+    return np.zeros(out_shape, dtype=dtype), lse
 
 
 def _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
@@ -173,6 +183,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     ctx = context or default_context()
     desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
     _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    if q.size == 0 or k.shape[1] == 0:  # the C library takes capacities of 1 and more
+        out, lse = _no_keys(q.shape[:3] + (v.shape[3],), (q.shape[0], q.shape[2], q.shape[1]),
+                            q.dtype, sinks, 1)
+        return (out, lse, None) if return_attn_probs else out
     desc.batch, desc.len_q, desc.len_kv = q.shape[0], q.shape[1], k.shape[1]
     desc.q_view, desc.k_view, desc.v_view = _view(q, (0, 1, 2)), _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
     keep = [_alibi(desc, io, alibi_slopes, q.shape[0], q.shape[2])]
@@ -209,6 +223,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     cu_k = _int32(cu_seqlens_k, "cu_seqlens_k", batch + 1)
     desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
     _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    if q.shape[0] == 0 or int(max_seqlen_q) == 0 or int(max_seqlen_k) == 0:
+        if int(cu_q[-1]) != q.shape[0]:
+            raise ValueError(f"flashcl: cu_seqlens_q ends at {int(cu_q[-1])}, q has {q.shape[0]} rows")
+        out, lse = _no_keys(q.shape[:2] + (v.shape[-1],), (q.shape[1], q.shape[0]), q.dtype,
+                            sinks, 0)
+        return (out, lse, None) if return_attn_probs else out
     desc.batch, desc.len_q, desc.len_kv = batch, int(max_seqlen_q), int(max_seqlen_k)
     desc.q_view = _view(q, (None, 0, 1))
     keep = [cu_q, cu_k, _alibi(desc, io, alibi_slopes, batch, q.shape[1])]

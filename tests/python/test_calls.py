@@ -202,6 +202,20 @@ def test_softmax(rng, dtype):
     assert np.all(log_out[~seen] == -np.inf)
 
 
+def test_empty(rng):
+    """No queries or no keys: empty outputs, or 0 with lse -inf (the sink with sinks)."""
+    q, k = tensors(rng, (2, 0, 4, 64), np.float32), tensors(rng, (2, 5, 2, 64), np.float32)
+    out, lse, _ = flashcl.flash_attn_func(q, k, k, return_attn_probs=True)
+    assert out.shape == (2, 0, 4, 64) and lse.shape == (2, 4, 0)
+    q = tensors(rng, (2, 3, 4, 64), np.float32)
+    sinks = rng.standard_normal(4).astype(np.float32)
+    out, lse, _ = flashcl.flash_attn_func(q, k[:, :0], k[:, :0], return_attn_probs=True,
+                                          sinks=sinks)
+    assert np.all(out == 0) and np.all(lse == sinks[None, :, None])
+    out = flashcl.flash_attn_varlen_func(q[0], k[0], k[0], [0, 3], [0, 0], 3, 0)
+    assert out.shape == (3, 4, 64) and np.all(out == 0)
+
+
 def test_errors(rng):
     q = tensors(rng, (1, 4, 2, 64), np.float32)
     k = tensors(rng, (1, 4, 3, 64), np.float32)  # 3 kv heads do not divide 2 query heads
