@@ -257,6 +257,131 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return (out, lse, None) if return_attn_probs else out
 
 
+def _cache_places(k_cache, block_table, rows, starts, count):
+    """For each batch entry b, the (cache row or page, slot) index arrays of positions
+    starts[b] .. starts[b] + count - 1; ValueError where one lies outside the cache."""
+    places = []
+    for b, (row, start) in enumerate(zip(rows, starts)):
+        pos = np.arange(start, start + count)
+        if block_table is None:
+            if start + count > k_cache.shape[1]:
+                raise ValueError(f"flashcl: cache_seqlens[{b}] ({start}) + {count} new tokens "
+                                 f"exceed the cache's {k_cache.shape[1]}")
+            places.append((np.full(count, row), pos))
+            continue
+        page = k_cache.shape[1]
+        if start + count > block_table.shape[1] * page:
+            raise ValueError(f"flashcl: cache_seqlens[{b}] ({start}) + {count} new tokens exceed "
+                             f"block_table's {block_table.shape[1]} pages of {page}")
+        pages = block_table[b, pos // page]
+        if np.any((pages < 0) | (pages >= k_cache.shape[0])):
+            raise ValueError(f"flashcl: block_table[{b}] names a page outside the cache's "
+                             f"{k_cache.shape[0]}")
+        places.append((pages, pos % page))
+    return places
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
+                            rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
+                            cache_leftpad=None, block_table=None, softmax_scale=None,
+                            causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0,
+                            return_softmax_lse=False, *, sinks=None, context=None):
+    """Attention of q over a K/V cache, after appending new keys and values to it in place,
+    as FlashAttention-2's function (decoding).
+
+    q: (batch, seqlen_q, nheads, headdim); k_cache, v_cache: (batch_cache, seqlen_cache,
+    nheads_k, headdim), or with block_table (batch, max_blocks) int32 a paged cache
+    (num_blocks, page_block_size, nheads_k, headdim). k, v (batch, seqlen_new, nheads_k,
+    headdim), where given, are written into the caches (numpy arrays, modified in place) at
+    positions cache_seqlens[b] onwards; attention then sees cache_seqlens[b] + seqlen_new
+    keys (cache_seqlens: an int or (batch,) int32; None: the whole cache). cache_batch_idx
+    (batch,) int32: the cache rows of the batch's sequences (default 0 .. batch - 1).
+    num_splits: 0 lets flashcl choose, 1 never splits the keys, N splits them N ways.
+    Rotary embeddings and cache_leftpad are not implemented yet (ValueError). Returns out
+    (batch, seqlen_q, nheads, headdim) of q's type; with return_softmax_lse, (out, lse
+    (batch, nheads, seqlen_q) float32)."""
+    if rotary_cos is not None or rotary_sin is not None:
+        raise ValueError("flashcl: rotary embeddings are not implemented (apply them to q and k "
+                         "first)")
+    if cache_leftpad is not None:
+        raise ValueError("flashcl: cache_leftpad is not implemented yet")
+    q = _strided(q, "q", 4)
+    k_cache, v_cache = np.asarray(k_cache), np.asarray(v_cache)  # the caller's: appended to
+    if k_cache.ndim != 4 or v_cache.ndim != 4 or k_cache.shape[:3] != v_cache.shape[:3]:
+        raise ValueError(f"flashcl: k_cache and v_cache must be 4-dimensional of one length and "
+                         f"heads, not {k_cache.shape} and {v_cache.shape}")
+    ctx = context or default_context()
+    batch = q.shape[0]
+    table = None
+    if block_table is not None:
+        table = np.ascontiguousarray(block_table, dtype=np.int32)
+        if table.ndim != 2 or table.shape[0] != batch:
+            raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
+                             f"not {table.shape}")
+        if cache_batch_idx is not None:
+            raise ValueError("flashcl: cache_batch_idx and block_table exclude each other")
+    capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
+    if cache_seqlens is None:
+        starts = np.full(batch, capacity, dtype=np.int32)
+    elif np.ndim(cache_seqlens) == 0:
+        starts = np.full(batch, int(cache_seqlens), dtype=np.int32)
+    else:
+        starts = _int32(cache_seqlens, "cache_seqlens", batch)
+    if np.any(starts < 0):
+        raise ValueError(f"flashcl: cache_seqlens must not be negative ({starts.min()})")
+    rows = np.arange(batch, dtype=np.int32) if cache_batch_idx is None else \
+        _int32(cache_batch_idx, "cache_batch_idx", batch)
+    if table is None and np.any((rows < 0) | (rows >= k_cache.shape[0])):
+        raise ValueError(f"flashcl: cache_batch_idx must lie in [0, {k_cache.shape[0]})")
+    new = 0
+    if (k is None) != (v is None):
+        raise ValueError("flashcl: k and v are given together or not at all")
+    if k is not None:
+        k, v = np.asarray(k), np.asarray(v)
+        new = k.shape[1]
+        want = (batch, new, k_cache.shape[2])
+        if k.shape != want + (k_cache.shape[3],) or v.shape != want + (v_cache.shape[3],):
+            raise ValueError(f"flashcl: k and v must have shape {want + (k_cache.shape[3],)}, "
+                             f"not {k.shape} and {v.shape}")
+        places = _cache_places(k_cache, table, rows, starts, new)  # checked before any write
+    lengths = (starts + new).astype(np.int32)
+    if np.any(lengths > capacity):
+        raise ValueError(f"flashcl: cache_seqlens + new tokens exceed the cache's {capacity}")
+    if new and not (k_cache.flags.writeable and v_cache.flags.writeable):
+        raise ValueError("flashcl: k_cache and v_cache must be writeable to append k and v")
+    for b in range(batch if new else 0):
+        page, slot = places[b]
+        k_cache[page, slot], v_cache[page, slot] = k[b], v[b]
+    k_cache, v_cache = _strided(k_cache, "k_cache", 4), _strided(v_cache, "v_cache", 4)
+    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
+    _common(desc, io, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap)
+    if q.size == 0:
+        out, lse = _no_keys(q.shape[:3] + (v_cache.shape[3],),
+                            (q.shape[0], q.shape[2], q.shape[1]), q.dtype, sinks, 1)
+        return (out, lse) if return_softmax_lse else out
+    desc.batch, desc.len_q, desc.len_kv = batch, q.shape[1], max(capacity, 1)
+    desc.kv_splits = int(num_splits)
+    desc.q_view = _view(q, (0, 1, 2))
+    desc.k_view, desc.v_view = _view(k_cache, (0, 1, 2)), _view(v_cache, (0, 1, 2))
+    if table is None and cache_batch_idx is not None:
+        table = rows.reshape(batch, 1)  # each sequence's cache row as its one page
+    if table is not None:
+        desc.page_size, desc.num_pages = capacity // table.shape[1], k_cache.shape[0]
+        desc.block_table_stride = table.shape[1]
+        io.block_table = _pointer(table)
+    keep = [lengths, table, _alibi(desc, io, alibi_slopes, batch, q.shape[2])]
+    io.seqlens_kv = _pointer(lengths)
+    if sinks is not None:
+        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
+        io.sinks = _pointer(keep[-1])
+    out = np.empty(q.shape[:3] + (v_cache.shape[3],), dtype=q.dtype)
+    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
+    io.out, io.lse = _pointer(out), _pointer(lse) if return_softmax_lse else None
+    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+    return (out, lse) if return_softmax_lse else out
+
+
 def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=None):
     """Softmax (log: log-softmax) of scale * x + mask over the last axis, in float32 whatever
     x's type (float32, float16, bfloat16); mask float32, broadcast to x's rows (one row for

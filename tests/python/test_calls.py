@@ -241,3 +241,62 @@ def test_threads(rng):
     with ThreadPoolExecutor(4) as pool:
         for out in pool.map(lambda _: flashcl.flash_attn_func(q, q, q, causal=True), range(8)):
             assert_close(out[0], want, np.float32, "a thread's call")
+
+
+@pytest.mark.parametrize("paged", [0, 16, 1])
+def test_flash_attn_with_kvcache(rng, paged):
+    """New tokens appended into the cache in place at cache_seqlens (contiguous rows picked by
+    cache_batch_idx, or shuffled pages), then attention over the cache: the cache against the
+    expected one exactly, the output against the reference."""
+    batch, h, hk, d, new, cap = 3, 8, 2, 64, 2, 48
+    lens = np.array([5, 0, 31], dtype=np.int32)
+    q = tensors(rng, (batch, new, h, d), np.float32)
+    k_new, v_new = tensors(rng, (batch, new, hk, d), np.float32), tensors(rng, (batch, new, hk, d), np.float32)
+    if paged:
+        pages_per = cap // paged
+        table = rng.permutation(batch * pages_per + 3)[:batch * pages_per].reshape(batch, pages_per)
+        table = table.astype(np.int32)
+        k_cache = tensors(rng, (batch * pages_per + 3, paged, hk, d), np.float32)
+        idx = None
+    else:
+        table = None
+        k_cache = tensors(rng, (batch + 2, cap, hk, d), np.float32)
+        idx = np.array([4, 0, 2], dtype=np.int32)
+    v_cache = tensors(rng, k_cache.shape, np.float32)
+    k_flat, v_flat = k_cache.copy(), v_cache.copy()  # the expected caches, appended by hand
+
+    def rows_of(b):  # flat (page or row, slot) of each of sequence b's positions
+        pos = np.arange(cap)
+        return (table[b, pos // paged], pos % paged) if paged else (np.full(cap, idx[b]), pos)
+
+    for b in range(batch):
+        page, slot = rows_of(b)
+        sel = slice(lens[b], lens[b] + new)
+        k_flat[page[sel], slot[sel]], v_flat[page[sel], slot[sel]] = k_new[b], v_new[b]
+    out, lse = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new,
+                                               cache_seqlens=lens, cache_batch_idx=idx,
+                                               block_table=table, causal=True,
+                                               return_softmax_lse=True)
+    assert np.array_equal(k_cache, k_flat) and np.array_equal(v_cache, v_flat)
+    for b in range(batch):
+        page, slot = rows_of(b)
+        n = lens[b] + new
+        want, want_lse = reference(q[b], k_flat[page[:n], slot[:n]], v_flat[page[:n], slot[:n]],
+                                   causal=True)
+        assert_close(out[b], want, np.float32, f"sequence {b}")
+        assert_lse(lse[b], want_lse)
+
+
+def test_kvcache_errors(rng):
+    """Nothing is written where the call is refused."""
+    q = tensors(rng, (1, 1, 2, 64), np.float32)
+    k_cache = tensors(rng, (1, 8, 2, 64), np.float32)
+    k_new = tensors(rng, (1, 3, 2, 64), np.float32)
+    before = k_cache.copy()
+    with pytest.raises(ValueError, match="exceed"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, k_new, k_new, cache_seqlens=6)
+    with pytest.raises(ValueError, match="rotary"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, rotary_cos=q, rotary_sin=q)
+    assert np.array_equal(k_cache, before)
+    out = flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=4, num_splits=2)
+    assert_close(out[0], reference(q[0], before[0, :4], before[0, :4])[0], np.float32, "4 keys")
