@@ -1,7 +1,9 @@
-"""flashcl's calls on numpy arrays, with FlashAttention-2's names, arguments and semantics
-(flash_attn_interface.py): inputs are read where they lie (any strides with the last axis
-contiguous), outputs are new arrays of q's type, and the C library checks every argument
-before it touches the device."""
+"""flashcl's calls on numpy arrays and PyOpenCL arrays, with FlashAttention-2's names,
+arguments and semantics (flash_attn_interface.py): inputs are read where they lie (any strides
+with the last axis contiguous), outputs are new arrays of q's type, and the C library checks
+every argument before it touches the device. Each call resolves its arguments into one
+descriptor and a set of named buffers, which _run_attention hands to the host call (numpy)
+or enqueues on the arrays' queue (PyOpenCL)."""
 import ctypes
 import math
 import threading
@@ -62,6 +64,31 @@ class Context:
 
 _default = None
 _default_lock = threading.Lock()
+_queue_contexts = {}  # a PyOpenCL queue's int_ptr: (the queue, the Context wrapping it)
+
+
+def _on_device(a):
+    """Whether a is a PyOpenCL array (whose buffer the calls read in place)."""
+    return type(a).__module__.startswith("pyopencl") and hasattr(a, "base_data")
+
+
+def _queue_context(queue):
+    """The Context that wraps a PyOpenCL queue (its context, device and queue; flashcl retains
+    them and never releases the caller's), one per queue."""
+    with _default_lock:
+        if queue.int_ptr not in _queue_contexts:
+            ctx = Context.__new__(Context)
+            handle = ctypes.c_void_p()
+            status = lib.fcl_context_create_from_cl(ctypes.c_void_p(queue.context.int_ptr),
+                                                    ctypes.c_void_p(queue.device.int_ptr),
+                                                    ctypes.c_void_p(queue.int_ptr), None,
+                                                    ctypes.byref(handle))
+            if status != _lib.SUCCESS:
+                raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: "
+                            f"{(lib.fcl_context_last_error(None) or b'').decode()}")
+            ctx._handle = handle
+            _queue_contexts[queue.int_ptr] = (queue, ctx)
+        return _queue_contexts[queue.int_ptr][1]
 
 
 def default_context():
@@ -79,7 +106,15 @@ def _pointer(a):
 
 def _strided(a, name, ndim):
     """a as an array flashcl reads in place: ndim axes, the last contiguous, the others
-    non-negative multiples of the element size (else a contiguous copy)."""
+    non-negative multiples of the element size (else a contiguous copy; a PyOpenCL array
+    must be so already)."""
+    if _on_device(a):
+        if a.ndim != ndim:
+            raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
+                             f"(shape {a.shape})")
+        if a.strides[-1] != a.dtype.itemsize or any(s < 0 or s % a.dtype.itemsize for s in a.strides):
+            raise ValueError(f"flashcl: {name}'s last axis must be contiguous (strides {a.strides})")
+        return a
     a = np.asarray(a)
     if a.ndim != ndim:
         raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
@@ -100,9 +135,11 @@ def _int32(a, name, length):
 
 
 def _view(a, axes):
-    """The fcl_tensor_view of a (element strides): axes names (batch, token, head) axes."""
-    s = [st // a.itemsize for st in a.strides]
-    v = _lib.TensorView(0, 0, 0, 0)
+    """The fcl_tensor_view of a (element strides; a PyOpenCL array's offset in its buffer):
+    axes names (batch, token, head) axes."""
+    size = a.dtype.itemsize
+    s = [st // size for st in a.strides]
+    v = _lib.TensorView(getattr(a, "offset", 0) // size, 0, 0, 0)
     batch, token, head = axes
     v.batch_stride = s[batch] if batch is not None else 0
     v.token_stride, v.head_stride = s[token], s[head]
@@ -126,16 +163,21 @@ def _window(desc, window_size, causal):
     desc.window_right = _lib.WINDOW_UNBOUNDED if right < 0 else int(right)
 
 
-def _alibi(desc, io, alibi_slopes, batch, heads):
-    if alibi_slopes is None:
+def _floats(bufs, name, a, shapes):
+    """A float32 argument (alibi_slopes, sinks) into bufs, of one of shapes."""
+    if a is None:
         return None
-    slopes = np.ascontiguousarray(alibi_slopes, dtype=np.float32)
-    if slopes.shape not in ((heads,), (batch, heads)):
-        raise ValueError(f"flashcl: alibi_slopes must have shape ({heads},) or ({batch}, {heads}),"
-                         f" not {slopes.shape}")
-    desc.alibi_slopes_batch_stride = heads if slopes.ndim == 2 else 0
-    io.alibi_slopes = _pointer(slopes)
-    return slopes
+    a = np.ascontiguousarray(a.get() if _on_device(a) else a, dtype=np.float32)
+    if a.shape not in shapes:
+        raise ValueError(f"flashcl: {name} must have shape {' or '.join(map(str, shapes))}, "
+                         f"not {a.shape}")
+    bufs[name] = a
+    return a
+
+
+def _alibi(desc, bufs, alibi_slopes, batch, heads):
+    slopes = _floats(bufs, "alibi_slopes", alibi_slopes, ((heads,), (batch, heads)))
+    desc.alibi_slopes_batch_stride = heads if slopes is not None and slopes.ndim == 2 else 0
 
 
 def _no_keys(out_shape, lse_shape, dtype, sinks, heads_axis):
@@ -148,7 +190,45 @@ def _no_keys(out_shape, lse_shape, dtype, sinks, heads_axis):
     return np.zeros(out_shape, dtype=dtype), lse
 
 
-def _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
+def _run_attention(context, desc, bufs, out_shape, lse_shape, want_lse):
+    """The attention call of desc over bufs (q, k, v and the rest by fcl_attention_io's
+    names): on the host where q is a numpy array, else enqueued on q's queue after the inputs'
+    events, with out and lse new arrays of that queue carrying the call's event. Returns
+    (out, lse or None)."""
+    q = bufs["q"]
+    if not _on_device(q):
+        ctx = context or default_context()
+        out = np.empty(out_shape, dtype=q.dtype)
+        lse = np.empty(lse_shape, dtype=np.float32) if want_lse else None
+        io = _lib.AttentionHostIO(**{name: _pointer(a) for name, a in bufs.items()})
+        io.out, io.lse = _pointer(out), _pointer(lse)
+        ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+        return out, lse
+    import pyopencl as cl
+    import pyopencl.array as cla
+    queue = q.queue
+    ctx = context or _queue_context(queue)
+    if not all(_on_device(bufs[n]) for n in ("k", "v")):
+        raise TypeError("flashcl: q, k and v must all be numpy arrays or all PyOpenCL arrays")
+    device = {n: a if _on_device(a) else cla.to_device(queue, a) for n, a in bufs.items()}
+    out = cla.empty(queue, out_shape, q.dtype)
+    lse = cla.empty(queue, lse_shape, np.float32) if want_lse else None
+    io = _lib.AttentionIO(**{n: a.base_data.int_ptr for n, a in device.items()})
+    desc.o_view.offset = 0
+    io.out, io.lse = out.base_data.int_ptr, lse.base_data.int_ptr if want_lse else None
+    waits = [e.int_ptr for a in device.values() for e in a.events]
+    wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
+    done = ctypes.c_void_p()
+    ctx._check(lib.fcl_attention_run(ctx._handle, ctypes.byref(desc), ctypes.byref(io),
+                                     len(waits), wait_list if waits else None,
+                                     ctypes.byref(done)))
+    event = cl.Event.from_int_ptr(done.value, retain=False)
+    for a in (out, lse) if want_lse else (out,):
+        a.add_event(event)
+    return out, lse
+
+
+def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
     if dropout_p != 0.0:
         raise ValueError("flashcl: dropout_p must be 0 (flashcl is for inference)")
     if k.dtype != v.dtype:
@@ -162,7 +242,7 @@ def _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, so
     desc.layout = _lib.LAYOUT_BLHD
     desc.softcap = float(softcap)
     _window(desc, window_size, causal)
-    io.q, io.k, io.v = _pointer(q), _pointer(k), _pointer(v)
+    bufs.update(q=q, k=k, v=v)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -180,23 +260,19 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     Returns out (batch, seqlen_q, nheads, headdim_v) of q's type; with return_attn_probs,
     (out, softmax_lse (batch, nheads, seqlen_q) float32, None)."""
     q, k, v = _strided(q, "q", 4), _strided(k, "k", 4), _strided(v, "v", 4)
-    ctx = context or default_context()
-    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
-    _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    desc, bufs = _lib.AttentionDesc(), {}
+    _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    out_shape, lse_shape = q.shape[:3] + (v.shape[3],), (q.shape[0], q.shape[2], q.shape[1])
     if q.size == 0 or k.shape[1] == 0:  # the C library takes capacities of 1 and more
-        out, lse = _no_keys(q.shape[:3] + (v.shape[3],), (q.shape[0], q.shape[2], q.shape[1]),
-                            q.dtype, sinks, 1)
+        if _on_device(q):
+            raise ValueError("flashcl: PyOpenCL arrays without queries or keys")
+        out, lse = _no_keys(out_shape, lse_shape, q.dtype, sinks, 1)
         return (out, lse, None) if return_attn_probs else out
     desc.batch, desc.len_q, desc.len_kv = q.shape[0], q.shape[1], k.shape[1]
     desc.q_view, desc.k_view, desc.v_view = _view(q, (0, 1, 2)), _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
-    keep = [_alibi(desc, io, alibi_slopes, q.shape[0], q.shape[2])]
-    if sinks is not None:
-        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
-        io.sinks = _pointer(keep[-1])
-    out = np.empty(q.shape[:3] + (v.shape[3],), dtype=q.dtype)
-    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
-    io.out, io.lse = _pointer(out), _pointer(lse) if return_attn_probs else None
-    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+    _alibi(desc, bufs, alibi_slopes, q.shape[0], q.shape[2])
+    _floats(bufs, "sinks", sinks, ((q.shape[2],),))
+    out, lse = _run_attention(context, desc, bufs, out_shape, lse_shape, return_attn_probs)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -215,15 +291,18 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     q = _strided(q, "q", 3)
     paged = block_table is not None
     k, v = _strided(k, "k", 4 if paged else 3), _strided(v, "v", 4 if paged else 3)
-    ctx = context or default_context()
+    cu_seqlens_q, cu_seqlens_k, block_table = (a.get() if _on_device(a) else a for a in
+                                               (cu_seqlens_q, cu_seqlens_k, block_table))
     batch = np.asarray(cu_seqlens_q).shape[0] - 1
     if batch < 1:
         raise ValueError("flashcl: cu_seqlens_q must have at least 2 entries")
     cu_q = _int32(cu_seqlens_q, "cu_seqlens_q", batch + 1)
     cu_k = _int32(cu_seqlens_k, "cu_seqlens_k", batch + 1)
-    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
-    _common(desc, io, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
+    desc, bufs = _lib.AttentionDesc(), {}
+    _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap)
     if q.shape[0] == 0 or int(max_seqlen_q) == 0 or int(max_seqlen_k) == 0:
+        if _on_device(q):
+            raise ValueError("flashcl: PyOpenCL arrays without queries or keys")
         if int(cu_q[-1]) != q.shape[0]:
             raise ValueError(f"flashcl: cu_seqlens_q ends at {int(cu_q[-1])}, q has {q.shape[0]} rows")
         out, lse = _no_keys(q.shape[:2] + (v.shape[-1],), (q.shape[1], q.shape[0]), q.dtype,
@@ -231,29 +310,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         return (out, lse, None) if return_attn_probs else out
     desc.batch, desc.len_q, desc.len_kv = batch, int(max_seqlen_q), int(max_seqlen_k)
     desc.q_view = _view(q, (None, 0, 1))
-    keep = [cu_q, cu_k, _alibi(desc, io, alibi_slopes, batch, q.shape[1])]
-    io.cu_seqlens_q = _pointer(cu_q)
+    _alibi(desc, bufs, alibi_slopes, batch, q.shape[1])
+    bufs["cu_seqlens_q"] = cu_q
     if paged:
         table = np.ascontiguousarray(block_table, dtype=np.int32)
         if table.ndim != 2 or table.shape[0] != batch:
             raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
                              f"not {table.shape}")
-        lengths = np.diff(cu_k).astype(np.int32)
-        keep += [table, lengths]
         desc.page_size, desc.num_pages = k.shape[1], k.shape[0]
         desc.block_table_stride = table.shape[1]
         desc.k_view, desc.v_view = _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
-        io.block_table, io.seqlens_kv = _pointer(table), _pointer(lengths)
+        bufs.update(block_table=table, seqlens_kv=np.diff(cu_k).astype(np.int32))
     else:
         desc.k_view, desc.v_view = _view(k, (None, 0, 1)), _view(v, (None, 0, 1))
-        io.cu_seqlens_kv = _pointer(cu_k)
-    if sinks is not None:
-        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
-        io.sinks = _pointer(keep[-1])
-    out = np.empty(q.shape[:2] + (v.shape[-1],), dtype=q.dtype)
-    lse = np.empty((q.shape[1], q.shape[0]), dtype=np.float32)
-    io.out, io.lse = _pointer(out), _pointer(lse) if return_attn_probs else None
-    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+        bufs["cu_seqlens_kv"] = cu_k
+    _floats(bufs, "sinks", sinks, ((q.shape[1],),))
+    out, lse = _run_attention(context, desc, bufs, q.shape[:2] + (v.shape[-1],),
+                              (q.shape[1], q.shape[0]), return_attn_probs)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -306,12 +379,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                          "first)")
     if cache_leftpad is not None:
         raise ValueError("flashcl: cache_leftpad is not implemented yet")
+    if any(_on_device(a) for a in (q, k_cache, v_cache, k, v)):
+        raise TypeError("flashcl: flash_attn_with_kvcache takes numpy arrays (PyOpenCL arrays: "
+                        "not yet)")
     q = _strided(q, "q", 4)
     k_cache, v_cache = np.asarray(k_cache), np.asarray(v_cache)  # the caller's: appended to
     if k_cache.ndim != 4 or v_cache.ndim != 4 or k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(f"flashcl: k_cache and v_cache must be 4-dimensional of one length and "
                          f"heads, not {k_cache.shape} and {v_cache.shape}")
-    ctx = context or default_context()
     batch = q.shape[0]
     table = None
     if block_table is not None:
@@ -354,8 +429,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         page, slot = places[b]
         k_cache[page, slot], v_cache[page, slot] = k[b], v[b]
     k_cache, v_cache = _strided(k_cache, "k_cache", 4), _strided(v_cache, "v_cache", 4)
-    desc, io = _lib.AttentionDesc(), _lib.AttentionHostIO()
-    _common(desc, io, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap)
+    desc, bufs = _lib.AttentionDesc(), {}
+    _common(desc, bufs, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap)
     if q.size == 0:
         out, lse = _no_keys(q.shape[:3] + (v_cache.shape[3],),
                             (q.shape[0], q.shape[2], q.shape[1]), q.dtype, sinks, 1)
@@ -369,49 +444,79 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if table is not None:
         desc.page_size, desc.num_pages = capacity // table.shape[1], k_cache.shape[0]
         desc.block_table_stride = table.shape[1]
-        io.block_table = _pointer(table)
-    keep = [lengths, table, _alibi(desc, io, alibi_slopes, batch, q.shape[2])]
-    io.seqlens_kv = _pointer(lengths)
-    if sinks is not None:
-        keep.append(np.ascontiguousarray(sinks, dtype=np.float32))
-        io.sinks = _pointer(keep[-1])
-    out = np.empty(q.shape[:3] + (v_cache.shape[3],), dtype=q.dtype)
-    lse = np.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=np.float32)
-    io.out, io.lse = _pointer(out), _pointer(lse) if return_softmax_lse else None
-    ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+        bufs["block_table"] = table
+    _alibi(desc, bufs, alibi_slopes, batch, q.shape[2])
+    bufs["seqlens_kv"] = lengths
+    _floats(bufs, "sinks", sinks, ((q.shape[2],),))
+    out, lse = _run_attention(context, desc, bufs, q.shape[:3] + (v_cache.shape[3],),
+                              (q.shape[0], q.shape[2], q.shape[1]), return_softmax_lse)
     return (out, lse) if return_softmax_lse else out
 
 
 def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=None):
     """Softmax (log: log-softmax) of scale * x + mask over the last axis, in float32 whatever
     x's type (float32, float16, bfloat16); mask float32, broadcast to x's rows (one row for
-    all, or a row each). Returns an array of x's type, and with return_lse the float32
-    log-sum-exp of each row."""
-    x = np.asarray(x)
+    all, or a row each). Returns an array of x's type (a PyOpenCL x: a new array on its queue,
+    the call enqueued after x's events), and with return_lse the float32 log-sum-exp of each
+    row."""
+    device = _on_device(x)
+    x = x if device else np.asarray(x)
     if x.ndim < 1 or x.shape[-1] == 0:
         raise ValueError(f"flashcl: x must have a non-empty last axis (shape {x.shape})")
-    rows = x.reshape(-1, x.shape[-1]) if x.size else x.reshape(0, x.shape[-1])
-    rows = rows if rows.strides[-1] == rows.itemsize and rows.strides[0] >= 0 and \
-        rows.strides[0] % rows.itemsize == 0 else np.ascontiguousarray(rows)
-    ctx = context or default_context()
-    desc, io = _lib.SoftmaxDesc(), _lib.SoftmaxHostIO()
-    desc.rows, desc.cols = rows.shape
-    desc.in_stride = rows.strides[0] // rows.itemsize
-    desc.dtype = _dtype_code(rows.dtype)
+    cols = x.shape[-1]
+    if device:
+        if not x.flags.c_contiguous or x.offset:
+            raise ValueError("flashcl: a PyOpenCL x must be contiguous from its buffer's start")
+        rows = x
+    else:
+        rows = x.reshape(-1, cols) if x.size else x.reshape(0, cols)
+        if not (rows.strides[-1] == rows.itemsize and rows.strides[0] >= 0 and
+                rows.strides[0] % rows.itemsize == 0):
+            rows = np.ascontiguousarray(rows)
+    desc = _lib.SoftmaxDesc()
+    desc.rows, desc.cols = x.size // cols, cols
+    desc.in_stride = cols if device else rows.strides[0] // rows.itemsize
+    desc.dtype = _dtype_code(x.dtype)
     desc.scale = float(scale) if scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
     desc.log = int(bool(log))
-    keep = None
+    bufs = {}
     if mask is not None:
-        keep = np.ascontiguousarray(mask, dtype=np.float32)
-        if keep.shape[-1] != desc.cols or keep.size not in (desc.cols, desc.rows * desc.cols):
-            raise ValueError(f"flashcl: mask must have one row of {desc.cols} or one a row of x, "
-                             f"not shape {keep.shape}")
-        desc.mask_stride = desc.cols if keep.size > desc.cols else 0
-        io.mask = _pointer(keep)
-    out = np.empty(rows.shape, dtype=rows.dtype)
-    lse = np.empty(rows.shape[0], dtype=np.float32)
-    if desc.rows:
-        io.in_, io.out, io.lse = _pointer(rows), _pointer(out), _pointer(lse)
-        ctx._check(lib.fcl_softmax_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
+        m = np.ascontiguousarray(mask.get() if _on_device(mask) else mask, dtype=np.float32)
+        if m.shape[-1] != cols or m.size not in (cols, desc.rows * cols):
+            raise ValueError(f"flashcl: mask must have one row of {cols} or one a row of x, "
+                             f"not shape {m.shape}")
+        desc.mask_stride = cols if m.size > cols else 0
+        bufs["mask"] = m
+    if device:
+        out, lse = _run_softmax_device(context, desc, x, bufs)
+    else:
+        ctx = context or default_context()
+        out = np.empty((desc.rows, cols), dtype=x.dtype)
+        lse = np.empty(desc.rows, dtype=np.float32)
+        if desc.rows:
+            io = _lib.SoftmaxHostIO(in_=_pointer(rows), out=_pointer(out), lse=_pointer(lse),
+                                    mask=_pointer(bufs.get("mask")))
+            ctx._check(lib.fcl_softmax_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
     out, lse = out.reshape(x.shape), lse.reshape(x.shape[:-1])
     return (out, lse) if return_lse else out
+
+
+def _run_softmax_device(context, desc, x, bufs):
+    import pyopencl as cl
+    import pyopencl.array as cla
+    queue = x.queue
+    ctx = context or _queue_context(queue)
+    out = cla.empty(queue, (desc.rows, desc.cols), x.dtype)
+    lse = cla.empty(queue, (desc.rows,), np.float32)
+    mask = cla.to_device(queue, bufs["mask"]) if "mask" in bufs else None
+    io = _lib.SoftmaxIO(in_=x.base_data.int_ptr, out=out.base_data.int_ptr,
+                        lse=lse.base_data.int_ptr, mask=mask.base_data.int_ptr if mask else None)
+    waits = [e.int_ptr for a in (x, mask) if a is not None for e in a.events]
+    wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
+    done = ctypes.c_void_p()
+    ctx._check(lib.fcl_softmax_run(ctx._handle, ctypes.byref(desc), ctypes.byref(io),
+                                   len(waits), wait_list if waits else None, ctypes.byref(done)))
+    event = cl.Event.from_int_ptr(done.value, retain=False)
+    out.add_event(event)
+    lse.add_event(event)
+    return out, lse

@@ -61,6 +61,14 @@ class AttentionHostIO(ctypes.Structure):
                  "v_scales")]
 
 
+class AttentionIO(ctypes.Structure):  # cl_mem handles
+    _fields_ = [(name, ctypes.c_void_p) for name, _ in AttentionHostIO._fields_]
+
+
+class SoftmaxIO(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name, _ in SoftmaxHostIO._fields_]
+
+
 # flashcl.h's constants that the Python calls use
 SUCCESS, ERROR_INVALID_ARGUMENT = 0, -1
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
@@ -89,6 +97,8 @@ def _declare(lib):
     ptr = ctypes.c_void_p
     sig = {
         "fcl_context_create": (ctypes.c_int, [ctypes.POINTER(ContextOptions), ctypes.POINTER(ptr)]),
+        "fcl_context_create_from_cl": (ctypes.c_int, [ptr, ptr, ptr, ctypes.POINTER(ContextOptions),
+                                                      ctypes.POINTER(ptr)]),
         "fcl_context_destroy": (None, [ptr]),
         "fcl_context_last_error": (ctypes.c_char_p, [ptr]),
         "fcl_status_string": (ctypes.c_char_p, [ctypes.c_int]),
@@ -97,6 +107,12 @@ def _declare(lib):
                                                 ctypes.POINTER(SoftmaxHostIO)]),
         "fcl_attention_run_host": (ctypes.c_int, [ptr, ctypes.POINTER(AttentionDesc),
                                                   ctypes.POINTER(AttentionHostIO)]),
+        "fcl_attention_run": (ctypes.c_int, [ptr, ctypes.POINTER(AttentionDesc),
+                                             ctypes.POINTER(AttentionIO), ctypes.c_uint,
+                                             ctypes.POINTER(ptr), ctypes.POINTER(ptr)]),
+        "fcl_softmax_run": (ctypes.c_int, [ptr, ctypes.POINTER(SoftmaxDesc),
+                                           ctypes.POINTER(SoftmaxIO), ctypes.c_uint,
+                                           ctypes.POINTER(ptr), ctypes.POINTER(ptr)]),
     }
     for name, (restype, argtypes) in sig.items():
         fn = getattr(lib, name)

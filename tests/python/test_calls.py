@@ -300,3 +300,42 @@ def test_kvcache_errors(rng):
     assert np.array_equal(k_cache, before)
     out = flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=4, num_splits=2)
     assert_close(out[0], reference(q[0], before[0, :4], before[0, :4])[0], np.float32, "4 keys")
+
+
+@pytest.fixture(scope="module")
+def queue():
+    """A PyOpenCL queue on the device the tests use (FLASHCL_DEVICE's name, else POCL's)."""
+    cl = pytest.importorskip("pyopencl")
+    want = os.environ.get("FLASHCL_DEVICE", "").lower()
+    devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+    pick = [d for d in devices if want and want in d.name.lower()] or \
+        [d for d in devices if "Portable" in d.platform.name] or devices
+    return cl.CommandQueue(cl.Context([pick[0]]))
+
+
+def test_pyopencl_arrays(rng, queue):
+    """The calls on PyOpenCL arrays: the arrays' buffers read in place (q a slice at an offset
+    in its buffer), enqueued on their queue, device arrays back; the same as the host calls."""
+    import pyopencl.array as cla
+    qq = tensors(rng, (3, 10, 4, 64), np.float32)
+    k, v = tensors(rng, (2, 21, 2, 64), np.float32), tensors(rng, (2, 21, 2, 64), np.float32)
+    q_dev = cla.to_device(queue, qq)[1:]  # offset in its buffer
+    assert q_dev.offset > 0
+    out, lse, _ = flashcl.flash_attn_func(q_dev, cla.to_device(queue, k), cla.to_device(queue, v),
+                                          causal=True, return_attn_probs=True)
+    assert isinstance(out, cla.Array) and out.queue is queue
+    want, want_lse, _ = flashcl.flash_attn_func(qq[1:], k, v, causal=True, return_attn_probs=True)
+    assert np.array_equal(out.get(), want) and np.array_equal(lse.get(), want_lse)
+    # packed sequences, and a paged cache
+    cu_q, cu_k = np.array([0, 4, 10], np.int32), np.array([0, 21, 42], np.int32)
+    qp = qq[1:].reshape(-1, 4, 64)[:10]
+    kp, vp = k.reshape(-1, 2, 64), v.reshape(-1, 2, 64)
+    got = flashcl.flash_attn_varlen_func(cla.to_device(queue, qp), cla.to_device(queue, kp),
+                                         cla.to_device(queue, vp), cu_q, cu_k, 6, 21, causal=True)
+    assert np.array_equal(got.get(), flashcl.flash_attn_varlen_func(qp, kp, vp, cu_q, cu_k, 6, 21,
+                                                                    causal=True))
+    x = tensors(rng, (5, 300), np.float16)
+    assert np.array_equal(flashcl.softmax(cla.to_device(queue, x), scale=0.5).get(),
+                          flashcl.softmax(x, scale=0.5))
+    with pytest.raises(TypeError, match="PyOpenCL"):
+        flashcl.flash_attn_func(q_dev, k, v)
