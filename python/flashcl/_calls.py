@@ -175,6 +175,27 @@ def _floats(bufs, name, a, shapes):
     return a
 
 
+def _mask(desc, bufs, mask, shape):
+    """A mask broadcastable to shape (batch, heads, q, k) into bufs, read in place: float32
+    (additive) or bool (as uint8); its strides, 0 where broadcast."""
+    if mask is None:
+        return
+    m = mask.get() if _on_device(mask) else np.asarray(mask)
+    if m.dtype == np.bool_:
+        m, desc.mask_type = m.view(np.uint8), _lib.MASK_BOOL_U8
+    else:
+        m, desc.mask_type = m.astype(np.float32, copy=False), _lib.MASK_ADD_F32
+    if m.ndim > 4 or any(n not in (1, want) for n, want in zip(m.shape[::-1], shape[::-1])) \
+            or m.shape[-1] != shape[3]:
+        raise ValueError(f"flashcl: mask of shape {m.shape} does not broadcast to {shape}")
+    m = m.reshape((1,) * (4 - m.ndim) + m.shape)
+    if m.strides[-1] != m.itemsize or any(st < 0 or st % m.itemsize for st in m.strides):
+        m = np.ascontiguousarray(m)
+    st = [0 if n == 1 else s // m.itemsize for n, s in zip(m.shape, m.strides)]
+    desc.mask_stride_batch, desc.mask_stride_head, desc.mask_stride_q = st[0], st[1], st[2]
+    bufs["mask"] = m
+
+
 def _alibi(desc, bufs, alibi_slopes, batch, heads):
     slopes = _floats(bufs, "alibi_slopes", alibi_slopes, ((heads,), (batch, heads)))
     desc.alibi_slopes_batch_stride = heads if slopes is not None and slopes.ndim == 2 else 0
@@ -247,7 +268,7 @@ def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
-                    return_attn_probs=False, *, sinks=None, context=None):
+                    return_attn_probs=False, *, sinks=None, mask=None, context=None):
     """Attention over a batch of equal-length sequences, as FlashAttention-2's function.
 
     q: (batch, seqlen_q, nheads, headdim); k, v: (batch, seqlen_k, nheads_k, headdim[_v]),
@@ -256,7 +277,10 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     the score matrix; softcap > 0 caps the scores (softcap * tanh(s / softcap));
     alibi_slopes (nheads,) or (batch, nheads) float32 subtract slope * |i + seqlen_k -
     seqlen_q - j|. Beyond FlashAttention: sinks (nheads,) float32, one extra logit per head
-    in the denominator (gpt-oss); context, the flashcl.Context to run on.
+    in the denominator (gpt-oss); mask, a float32 array added to the scaled scores (-inf
+    hides a key) or a bool array (True: may attend), broadcastable to (batch, nheads,
+    seqlen_q, seqlen_k) with its key axis contiguous (transformers' 4-D masks); context,
+    the flashcl.Context to run on.
     Returns out (batch, seqlen_q, nheads, headdim_v) of q's type; with return_attn_probs,
     (out, softmax_lse (batch, nheads, seqlen_q) float32, None)."""
     q, k, v = _strided(q, "q", 4), _strided(k, "k", 4), _strided(v, "v", 4)
@@ -272,6 +296,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     desc.q_view, desc.k_view, desc.v_view = _view(q, (0, 1, 2)), _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
     _alibi(desc, bufs, alibi_slopes, q.shape[0], q.shape[2])
     _floats(bufs, "sinks", sinks, ((q.shape[2],),))
+    _mask(desc, bufs, mask, (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
     out, lse = _run_attention(context, desc, bufs, out_shape, lse_shape, return_attn_probs)
     return (out, lse, None) if return_attn_probs else out
 

@@ -339,3 +339,26 @@ def test_pyopencl_arrays(rng, queue):
                           flashcl.softmax(x, scale=0.5))
     with pytest.raises(TypeError, match="PyOpenCL"):
         flashcl.flash_attn_func(q_dev, k, v)
+
+
+def test_masks(rng):
+    """Additive and boolean masks broadcast over heads (transformers' 4-D masks), with a
+    padded key and a fully masked row."""
+    q, k = tensors(rng, (2, 6, 4, 64), np.float32), tensors(rng, (2, 9, 2, 64), np.float32)
+    allowed = rng.random((2, 1, 6, 9)) < 0.7
+    allowed[0, 0, 3] = False  # a row that sees no key: 0
+    additive = np.where(allowed, rng.standard_normal(allowed.shape), -np.inf).astype(np.float32)
+    for mask in (allowed, additive):
+        out = flashcl.flash_attn_func(q, k, k, mask=mask)
+        for b in range(2):
+            want = np.zeros((6, 4, 64))
+            for i in range(6):  # a query at a time, its mask row as a bias
+                bias = np.where(allowed[b, 0, i], additive[b, 0, i] if mask is additive else 0, -np.inf)
+                for h in range(4):
+                    s = q[b, i, h].astype(np.float64) @ k[b, :, h // 2].T.astype(np.float64) / 8 + bias
+                    if np.isfinite(s).any():
+                        p = np.exp(s - s[np.isfinite(s)].max())
+                        want[i, h] = p / p.sum() @ k[b, :, h // 2]
+            assert_close(out[b], want, np.float32, f"sequence {b}")
+    with pytest.raises(ValueError, match="broadcast"):
+        flashcl.flash_attn_func(q, k, k, mask=allowed[:, :, :5])

@@ -1,0 +1,1 @@
+"""flashcl inside other frameworks (each module imports its framework only when imported)."""
