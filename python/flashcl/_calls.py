@@ -62,6 +62,40 @@ class Context:
         raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: {why}")
 
 
+def devices():
+    """Every OpenCL device, as flashcl numbers them: a list of dicts with "device" (the "P:D"
+    string Context and FLASHCL_DEVICE take), "platform", "name" and "type" ("gpu", "cpu",
+    "accelerator" or "other")."""
+    cl = _lib.opencl()
+    count = ctypes.c_uint()
+    if cl.clGetPlatformIDs(0, None, ctypes.byref(count)) != 0:
+        return []  # no platform (the loader's -1001) or none installed
+    platforms = (ctypes.c_void_p * count.value)()
+    cl.clGetPlatformIDs(count.value, platforms, None)
+
+    def text(fn, obj, param):
+        size = ctypes.c_size_t()
+        fn(obj, param, 0, None, ctypes.byref(size))
+        buf = ctypes.create_string_buffer(size.value)
+        fn(obj, param, size.value, buf, None)
+        return buf.value.decode(errors="replace").strip()
+
+    found = []
+    for p, platform in enumerate(platforms):
+        n = ctypes.c_uint()
+        if cl.clGetDeviceIDs(platform, 0xFFFFFFFF, 0, None, ctypes.byref(n)) != 0:
+            continue  # CL_DEVICE_TYPE_ALL; a platform without devices answers an error
+        ids = (ctypes.c_void_p * n.value)()
+        cl.clGetDeviceIDs(platform, 0xFFFFFFFF, n.value, ids, None)
+        for d, device in enumerate(ids):
+            kind = ctypes.c_uint64()
+            cl.clGetDeviceInfo(device, 0x1000, ctypes.sizeof(kind), ctypes.byref(kind), None)
+            found.append({"device": f"{p}:{d}", "platform": text(cl.clGetPlatformInfo, platform, 0x0902),
+                          "name": text(cl.clGetDeviceInfo, device, 0x102B),
+                          "type": {4: "gpu", 2: "cpu", 8: "accelerator"}.get(kind.value & 14, "other")})
+    return found
+
+
 _default = None
 _default_lock = threading.Lock()
 _queue_contexts = {}  # a PyOpenCL queue's int_ptr: (the queue, the Context wrapping it)

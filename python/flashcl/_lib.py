@@ -122,3 +122,15 @@ def _declare(lib):
 
 
 lib = _declare(ctypes.CDLL(_find_library()))
+
+
+def opencl():
+    """The OpenCL loader the library links (its platform and device queries), declared."""
+    cl = ctypes.CDLL(ctypes.util.find_library("OpenCL") or "libOpenCL.so.1")
+    ptr, uint = ctypes.c_void_p, ctypes.c_uint
+    cl.clGetPlatformIDs.argtypes = [uint, ctypes.POINTER(ptr), ctypes.POINTER(uint)]
+    cl.clGetDeviceIDs.argtypes = [ptr, ctypes.c_uint64, uint, ctypes.POINTER(ptr),
+                                  ctypes.POINTER(uint)]
+    for fn in (cl.clGetPlatformInfo, cl.clGetDeviceInfo):
+        fn.argtypes = [ptr, uint, ctypes.c_size_t, ptr, ctypes.POINTER(ctypes.c_size_t)]
+    return cl

@@ -362,3 +362,23 @@ def test_masks(rng):
             assert_close(out[b], want, np.float32, f"sequence {b}")
     with pytest.raises(ValueError, match="broadcast"):
         flashcl.flash_attn_func(q, k, k, mask=allowed[:, :, :5])
+
+
+def test_devices(rng):
+    """flashcl.devices() lists the loader's devices; each "P:D" opens a context that computes."""
+    found = flashcl.devices()
+    assert found and all(set(d) == {"device", "platform", "name", "type"} for d in found)
+    q = tensors(rng, (1, 3, 2, 32), np.float32)
+    want = reference(q[0], q[0], q[0])[0]
+    for d in found:
+        if d["type"] == "cpu" and "Portable" in d["platform"]:
+            ctx = flashcl.Context(device=d["device"])
+            assert_close(flashcl.flash_attn_func(q, q, q, context=ctx)[0], want, np.float32,
+                         d["device"])
+            ctx.close()
+    try:
+        import pyopencl as cl
+    except ImportError:
+        return
+    names = [dev.name.strip() for p in cl.get_platforms() for dev in p.get_devices()]
+    assert sorted(names) == sorted(d["name"] for d in found)
