@@ -28,6 +28,16 @@ def _dtype_code(dtype):
     raise TypeError(f"flashcl: arrays of {dtype} are not supported (float32, float16, bfloat16)")
 
 
+def _created(create):
+    """The context handle create(&handle) makes, or Error with the library's sentence."""
+    handle = ctypes.c_void_p()
+    status = create(ctypes.byref(handle))
+    if status != _lib.SUCCESS:
+        raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: "
+                    f"{(lib.fcl_context_last_error(None) or b'').decode()}")
+    return handle
+
+
 class Context:
     """A flashcl context on one OpenCL device: device as FLASHCL_DEVICE takes it ("gpu",
     "cpu", "P:D", part of a name; None: FLASHCL_DEVICE, else the first GPU, else the CPU).
@@ -38,12 +48,7 @@ class Context:
         opts = _lib.ContextOptions(device.encode() if device else None,
                                    cache_dir.encode() if cache_dir is not None else None,
                                    tuning.encode() if tuning is not None else None)
-        handle = ctypes.c_void_p()
-        status = lib.fcl_context_create(ctypes.byref(opts), ctypes.byref(handle))
-        if status != _lib.SUCCESS:
-            raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: "
-                        f"{(lib.fcl_context_last_error(None) or b'').decode()}")
-        self._handle = handle
+        self._handle = _created(lambda out: lib.fcl_context_create(ctypes.byref(opts), out))
 
     def close(self):
         if self._handle:
@@ -112,15 +117,9 @@ def _queue_context(queue):
     with _default_lock:
         if queue.int_ptr not in _queue_contexts:
             ctx = Context.__new__(Context)
-            handle = ctypes.c_void_p()
-            status = lib.fcl_context_create_from_cl(ctypes.c_void_p(queue.context.int_ptr),
-                                                    ctypes.c_void_p(queue.device.int_ptr),
-                                                    ctypes.c_void_p(queue.int_ptr), None,
-                                                    ctypes.byref(handle))
-            if status != _lib.SUCCESS:
-                raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: "
-                            f"{(lib.fcl_context_last_error(None) or b'').decode()}")
-            ctx._handle = handle
+            ctx._handle = _created(lambda out: lib.fcl_context_create_from_cl(
+                ctypes.c_void_p(queue.context.int_ptr), ctypes.c_void_p(queue.device.int_ptr),
+                ctypes.c_void_p(queue.int_ptr), None, out))
             _queue_contexts[queue.int_ptr] = (queue, ctx)
         return _queue_contexts[queue.int_ptr][1]
 
@@ -138,26 +137,27 @@ def _pointer(a):
     return None if a is None else ctypes.c_void_p(a.ctypes.data)
 
 
+def _in_place(a):
+    """Whether flashcl can read a where it lies: the last axis contiguous, the other strides
+    non-negative multiples of the element size."""
+    size = a.dtype.itemsize
+    return a.strides[-1] == size and all(s >= 0 and s % size == 0 for s in a.strides)
+
+
 def _strided(a, name, ndim):
-    """a as an array flashcl reads in place: ndim axes, the last contiguous, the others
-    non-negative multiples of the element size (else a contiguous copy; a PyOpenCL array
-    must be so already)."""
-    if _on_device(a):
-        if a.ndim != ndim:
-            raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
-                             f"(shape {a.shape})")
-        if a.strides[-1] != a.dtype.itemsize or any(s < 0 or s % a.dtype.itemsize for s in a.strides):
-            raise ValueError(f"flashcl: {name}'s last axis must be contiguous (strides {a.strides})")
-        return a
-    a = np.asarray(a)
+    """a as an array flashcl reads in place (_in_place; else a contiguous copy, and a
+    PyOpenCL array must be so already), of ndim axes."""
+    device = _on_device(a)
+    a = a if device else np.asarray(a)
     if a.ndim != ndim:
         raise ValueError(f"flashcl: {name} must have {ndim} dimensions, not {a.ndim} "
                          f"(shape {a.shape})")
-    size = a.itemsize
-    lead = a.strides[:-1]
-    broadcast = all(s == 0 for s in lead) and any(n > 1 for n in a.shape[:-1])
-    if a.strides[-1] != size or any(s < 0 or s % size for s in a.strides) or broadcast:
-        a = np.ascontiguousarray(a)  # (zero strides everywhere would mean the layout's)
+    if device and not _in_place(a):
+        raise ValueError(f"flashcl: {name}'s last axis must be contiguous (strides {a.strides})")
+    # zero strides on every leading axis would mean the layout's to flashcl's views
+    broadcast = all(s == 0 for s in a.strides[:-1]) and any(n > 1 for n in a.shape[:-1])
+    if not device and (not _in_place(a) or broadcast):
+        a = np.ascontiguousarray(a)
     return a
 
 
@@ -180,15 +180,13 @@ def _view(a, axes):
     return v
 
 
-def _scale(softmax_scale, head_dim):
-    if softmax_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    # flashcl reads 0 as "the default": FlashAttention's 0 (every score 0) is the smallest
-    # float32 above 0, whose scores are 0 in float32 but for the largest products
-    return float(softmax_scale) if softmax_scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
+def _scale(scale):
+    """A scale as flashcl takes it, which reads 0 as "the default": a scale of 0 (every score
+    0) is the smallest float32 above 0, whose scores are 0 in float32 but for the largest."""
+    return float(scale) if scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
 
 
-def _window(desc, window_size, causal):
+def _window(desc, window_size):
     left, right = window_size
     if left < 0 and right < 0:
         return
@@ -223,7 +221,7 @@ def _mask(desc, bufs, mask, shape):
             or m.shape[-1] != shape[3]:
         raise ValueError(f"flashcl: mask of shape {m.shape} does not broadcast to {shape}")
     m = m.reshape((1,) * (4 - m.ndim) + m.shape)
-    if m.strides[-1] != m.itemsize or any(st < 0 or st % m.itemsize for st in m.strides):
+    if not _in_place(m):
         m = np.ascontiguousarray(m)
     st = [0 if n == 1 else s // m.itemsize for n, s in zip(m.shape, m.strides)]
     desc.mask_stride_batch, desc.mask_stride_head, desc.mask_stride_q = st[0], st[1], st[2]
@@ -259,7 +257,6 @@ def _run_attention(context, desc, bufs, out_shape, lse_shape, want_lse):
         io.out, io.lse = _pointer(out), _pointer(lse)
         ctx._check(lib.fcl_attention_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
         return out, lse
-    import pyopencl as cl
     import pyopencl.array as cla
     queue = q.queue
     ctx = context or _queue_context(queue)
@@ -269,18 +266,24 @@ def _run_attention(context, desc, bufs, out_shape, lse_shape, want_lse):
     out = cla.empty(queue, out_shape, q.dtype)
     lse = cla.empty(queue, lse_shape, np.float32) if want_lse else None
     io = _lib.AttentionIO(**{n: a.base_data.int_ptr for n, a in device.items()})
-    desc.o_view.offset = 0
     io.out, io.lse = out.base_data.int_ptr, lse.base_data.int_ptr if want_lse else None
-    waits = [e.int_ptr for a in device.values() for e in a.events]
+    _enqueue(ctx, lib.fcl_attention_run, desc, io, device.values(),
+             (out, lse) if want_lse else (out,))
+    return out, lse
+
+
+def _enqueue(ctx, run, desc, io, inputs, outputs):
+    """run (fcl_attention_run, fcl_softmax_run) enqueued after the inputs' events, its event
+    added to the outputs' (PyOpenCL arrays)."""
+    import pyopencl as cl
+    waits = [e.int_ptr for a in inputs for e in a.events]
     wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
     done = ctypes.c_void_p()
-    ctx._check(lib.fcl_attention_run(ctx._handle, ctypes.byref(desc), ctypes.byref(io),
-                                     len(waits), wait_list if waits else None,
-                                     ctypes.byref(done)))
+    ctx._check(run(ctx._handle, ctypes.byref(desc), ctypes.byref(io), len(waits),
+                   wait_list if waits else None, ctypes.byref(done)))
     event = cl.Event.from_int_ptr(done.value, retain=False)
-    for a in (out, lse) if want_lse else (out,):
+    for a in outputs:
         a.add_event(event)
-    return out, lse
 
 
 def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
@@ -292,11 +295,11 @@ def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, 
     desc.dtype_kv = _dtype_code(k.dtype)
     desc.head_dim, desc.head_dim_v = q.shape[-1], v.shape[-1]
     desc.heads_q, desc.heads_kv = q.shape[-2], k.shape[-2]
-    desc.scale = _scale(softmax_scale, q.shape[-1])
+    desc.scale = _scale(1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale)
     desc.causal = _lib.CAUSAL_BOTTOM_RIGHT if causal else 0
     desc.layout = _lib.LAYOUT_BLHD
     desc.softcap = float(softcap)
-    _window(desc, window_size, causal)
+    _window(desc, window_size)
     bufs.update(q=q, k=k, v=v)
 
 
@@ -372,10 +375,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     _alibi(desc, bufs, alibi_slopes, batch, q.shape[1])
     bufs["cu_seqlens_q"] = cu_q
     if paged:
-        table = np.ascontiguousarray(block_table, dtype=np.int32)
-        if table.ndim != 2 or table.shape[0] != batch:
-            raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
-                             f"not {table.shape}")
+        table = _table(block_table, batch)
         desc.page_size, desc.num_pages = k.shape[1], k.shape[0]
         desc.block_table_stride = table.shape[1]
         desc.k_view, desc.v_view = _view(k, (0, 1, 2)), _view(v, (0, 1, 2))
@@ -387,6 +387,15 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = _run_attention(context, desc, bufs, q.shape[:2] + (v.shape[-1],),
                               (q.shape[1], q.shape[0]), return_attn_probs)
     return (out, lse, None) if return_attn_probs else out
+
+
+def _table(block_table, batch):
+    """block_table as int32 (batch, max_blocks)."""
+    table = np.ascontiguousarray(block_table, dtype=np.int32)
+    if table.ndim != 2 or table.shape[0] != batch:
+        raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
+                         f"not {table.shape}")
+    return table
 
 
 def _cache_places(k_cache, block_table, rows, starts, count):
@@ -449,10 +458,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     batch = q.shape[0]
     table = None
     if block_table is not None:
-        table = np.ascontiguousarray(block_table, dtype=np.int32)
-        if table.ndim != 2 or table.shape[0] != batch:
-            raise ValueError(f"flashcl: block_table must have shape ({batch}, max_blocks), "
-                             f"not {table.shape}")
+        table = _table(block_table, batch)
         if cache_batch_idx is not None:
             raise ValueError("flashcl: cache_batch_idx and block_table exclude each other")
     capacity = k_cache.shape[1] * (table.shape[1] if table is not None else 1)
@@ -529,14 +535,13 @@ def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=Non
         rows = x
     else:
         rows = x.reshape(-1, cols) if x.size else x.reshape(0, cols)
-        if not (rows.strides[-1] == rows.itemsize and rows.strides[0] >= 0 and
-                rows.strides[0] % rows.itemsize == 0):
+        if not _in_place(rows):
             rows = np.ascontiguousarray(rows)
     desc = _lib.SoftmaxDesc()
     desc.rows, desc.cols = x.size // cols, cols
     desc.in_stride = cols if device else rows.strides[0] // rows.itemsize
     desc.dtype = _dtype_code(x.dtype)
-    desc.scale = float(scale) if scale != 0 else float(np.finfo(np.float32).smallest_subnormal)
+    desc.scale = _scale(scale)
     desc.log = int(bool(log))
     bufs = {}
     if mask is not None:
@@ -561,7 +566,6 @@ def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=Non
 
 
 def _run_softmax_device(context, desc, x, bufs):
-    import pyopencl as cl
     import pyopencl.array as cla
     queue = x.queue
     ctx = context or _queue_context(queue)
@@ -570,12 +574,6 @@ def _run_softmax_device(context, desc, x, bufs):
     mask = cla.to_device(queue, bufs["mask"]) if "mask" in bufs else None
     io = _lib.SoftmaxIO(in_=x.base_data.int_ptr, out=out.base_data.int_ptr,
                         lse=lse.base_data.int_ptr, mask=mask.base_data.int_ptr if mask else None)
-    waits = [e.int_ptr for a in (x, mask) if a is not None for e in a.events]
-    wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
-    done = ctypes.c_void_p()
-    ctx._check(lib.fcl_softmax_run(ctx._handle, ctypes.byref(desc), ctypes.byref(io),
-                                   len(waits), wait_list if waits else None, ctypes.byref(done)))
-    event = cl.Event.from_int_ptr(done.value, retain=False)
-    out.add_event(event)
-    lse.add_event(event)
+    _enqueue(ctx, lib.fcl_softmax_run, desc, io, [a for a in (x, mask) if a is not None],
+             (out, lse))
     return out, lse
