@@ -37,7 +37,6 @@ def model_for(config, attn):
 
 
 def main():
-    name = fcl_hf.register()
     ok = True
     torch.manual_seed(1)
     ids = torch.randint(3, 256, (2, 24))
@@ -46,7 +45,7 @@ def main():
     calls = []
     attention = fcl_hf.attention
     fcl_hf.attention = lambda *a, **k: calls.append(1) or attention(*a, **k)
-    fcl_hf.register()  # the counting wrapper
+    name = fcl_hf.register()  # registers the counting wrapper
     for label, config in CONFIGS.items():
         calls.clear()
         eager, ours = model_for(config, "eager"), model_for(config, name)

@@ -3,15 +3,17 @@
     import flashcl.integrations.transformers as fcl_hf
     model = AutoModelForCausalLM.from_pretrained(..., attn_implementation=fcl_hf.register())
 
-register() adds the function (and, for its masks, transformers' sdpa mask) under the name
-"fcl" (transformers refuses names that contain "flash") and returns the name. The function
-takes torch CPU tensors as zero-copy numpy views and passes GQA, causality, the 4-D padding
-and sliding-window masks, softcap, the scale and attention sinks (gpt-oss) to
-flashcl.flash_attn_func; what flashcl cannot take (tensors on other devices, dropout while
-training, attention weights asked for, bfloat16 without ml_dtypes) runs transformers' sdpa
-function instead, which it says once."""
+register() adds the function under the name "fcl" (transformers refuses names that contain
+"flash"), with transformers' eager masks (additive float masks, which the fallback below takes
+as they are), and returns the name. The function takes torch CPU tensors as zero-copy numpy
+views and passes GQA, causality, the 4-D padding and sliding-window masks, softcap, the scale
+and attention sinks (gpt-oss) to flashcl.flash_attn_func; what flashcl cannot take (tensors
+on other devices, dropout while training, attention weights asked for, bfloat16 without
+ml_dtypes) runs the model's own eager attention instead (which takes its softcap and sinks
+too), which it says once."""
 import logging
 import math
+import sys
 
 import numpy as np
 import torch
@@ -23,12 +25,13 @@ _log = logging.getLogger(__name__)
 _said = set()
 
 
-def _fallback(reason, *args, **kwargs):
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+def _fallback(reason, module, *args, **kwargs):
+    """The model's eager attention (its modeling file's eager_attention_forward)."""
     if reason not in _said:
         _said.add(reason)
-        _log.warning("flashcl: %s: transformers' sdpa attention runs instead", reason)
-    return sdpa_attention_forward(*args, **kwargs)
+        _log.warning("flashcl: %s: the model's eager attention runs instead", reason)
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    return eager(module, *args, **kwargs)
 
 
 def _numpy(t):
@@ -45,7 +48,8 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     """transformers' attention interface: query (batch, heads, q_len, dim), key and value
     (batch, kv_heads, kv_len, dim); returns (attn_output (batch, q_len, heads, dim), None)."""
     args = (module, query, key, value, attention_mask)
-    rest = dict(dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+    rest = dict(dropout=dropout, scaling=scaling, is_causal=is_causal,
+                sliding_window=sliding_window, softcap=softcap, s_aux=s_aux, **kwargs)
     if any(t.device.type != "cpu" for t in (query, key, value)):
         return _fallback("tensors not on the CPU", *args, **rest)
     if dropout and module.training:
@@ -56,11 +60,8 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
         q, k, v = (_numpy(t).transpose(0, 2, 1, 3) for t in (query, key, value))
     except (ImportError, TypeError, RuntimeError) as e:
         return _fallback(f"tensors of {query.dtype} ({e})", *args, **rest)
-    mask = None
-    if attention_mask is not None:
-        mask = _numpy(attention_mask)
-        if mask.dtype != np.bool_:
-            mask = mask.astype(np.float32)  # the dtype's minimum stays a huge negative bias
+    # the eager mask: the dtype's minimum where hidden (flash_attn_func takes it as float32)
+    mask = None if attention_mask is None else _numpy(attention_mask)
     # Without a mask transformers means full causal attention of a prompt (q_len == kv_len)
     # or a single query: FlashAttention's bottom-right alignment is the same there.
     causal = attention_mask is None and query.shape[2] > 1 and \
@@ -77,10 +78,10 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
 
 
 def register():
-    """Adds flashcl to transformers' attention functions (with the sdpa masks) and returns
+    """Adds flashcl to transformers' attention functions (with the eager masks) and returns
     the name to pass as attn_implementation."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
     AttentionInterface.register(NAME, attention)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, sdpa_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(NAME, eager_mask)
     return NAME
