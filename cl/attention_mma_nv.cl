@@ -38,6 +38,8 @@
  */
 #ifndef FA_MMA_HELPERS
 #define FA_MMA_HELPERS
+#define FA_MMA_V_VALUES_f16 1
+#define FA_MMA_V_VALUES_bf16 0
 
 FCL_INLINE uint fa_mma_local_address(__local const void *p)
 {
@@ -265,6 +267,12 @@ FCL_INLINE uint fa_f16x2_mul(uint a, uint b)
     return r;
 }
 
+/* Whether both 16-bit values of an f16 pair are finite. */
+FCL_INLINE int fa_f16x2_finite(uint w)
+{
+    return (w & 0x7c00u) != 0x7c00u && (w & 0x7c000000u) != 0x7c000000u;
+}
+
 /* fa_kv_codes8_local's codes as f16 pairs, without float conversions, where that is exact and
  * cheap: a byte c as f16(1024 + (c ^ 0x80)) - 1152 (int8, q8_0), a nibble n (and fifth bit) as
  * f16(1024 + n) - 1024 - bias (q4_x, q5_x), an E5M2 code as f16's top byte, an E4M3 code's bits
@@ -275,6 +283,7 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
 {
     const uint i = col % 32;
     uint w[2], r[4];
+    int ok = 1;
     *d = 1.0f, *m = 0.0f;
     if (format == FCL_KV_INT8 || format == FCL_KV_Q8_0) {
         __local const uchar *b = format == FCL_KV_Q8_0 ? row + col / 32 * 34 + 2 + i : row + col;
@@ -290,8 +299,9 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
         const int e5m2 = format == FCL_KV_FP8_E5M2;
         w[0] = fa_raw_word(row, col), w[1] = fa_raw_word(row, col + 4);
         const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
-        if ((((w[0] & top) + one) | ((w[1] & top) + one)) & 0x80808080u)
-            return 0; /* a NaN or infinite code */
+        /* no NaN or infinite code (tested after the conversion, so that a caller's copies
+         * stay free of branches) */
+        ok = !((((w[0] & top) + one) | ((w[1] & top) + one)) & 0x80808080u);
         #pragma unroll
         for (uint k = 0; k < 4; k++) {
             const uint t = fa_prmt(w[k / 2], k % 2 ? 0x3424u : 0x1404u); /* codes << 8 */
@@ -313,7 +323,7 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
         return 0;
     }
     *out = (uint4)(r[0], r[1], r[2], r[3]);
-    return 1;
+    return ok;
 }
 
 /* bf16 tiles take the float path (bf16 holds the codes, not these bit patterns). */
@@ -392,6 +402,9 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * scale the scores and the output, TOKEN ones each key's score and p. */
 #define FA_MMA_KV ((FA_FEATURES >> FA_FLAG_KV_BIT & 1) && !FA_MMA_F32)
 #define FA_MMA_RAW_ROW (FA_D / 32 * 34)
+/* Whether V's ggml blocks are decoded to values (d c + m rounded once) rather than codes:
+ * in f16 tiles, whose 11 bits keep them within the half-precision rule (bf16's 8 would not) */
+#define FA_MMA_VALUES FCL_CAT(FA_MMA_V_VALUES, FA_MMA_T)
 
 /* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
  * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
@@ -493,50 +506,121 @@ FCL_INLINE void FCL_CAT(fa_mma_stage_tile, FA_NAME)(__local uchar *raw, __global
     }
 }
 
-/* The staged rows of a coded K or V into tile as codes: integers (or fp8 values), exact in
- * the 16-bit type, so that what the products round is only q and p; ggml blocks' factors
- * into blk_d and blk_m ([block][key]: fa_mma_scores_of and fa_mma_accumulate_blocks
- * apply them in float32); columns past dim zeros. K's NaN and infinite fp8 codes stay in the
- * tile (its key's scores are NaN or infinite, and hidden keys' scores become -inf). V's
- * (where bad is given) become 0 there and set their row's bit in bad: a key hidden from some
- * rows (weight 0) must add nothing to them, which 0 times NaN in a product would not;
- * fa_mma_add_nonfinite adds them where the weight is not 0 (bad cleared before, a barrier
- * between). */
-FCL_INLINE void FCL_CAT(fa_mma_codes_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
-                                                   __local float (*blk_d)[FA_MMA_BK],
-                                                   __local float (*blk_m)[FA_MMA_BK],
-                                                   __local const uchar *raw, uint format,
-                                                   uint rb, uint dim, __local uint *bad)
+/* The staged rows of a coded K or V into tile, 8 columns a work-item at a time (columns
+ * past dim zeros), format a constant where fa_mma_decode_tile calls it:
+ * - with values (f16 tiles of ggml blocks, V): each value d c + m rounded once to f16, so
+ *   that the second product is fa_mma_accumulate's; where one is not finite in f16 (a block
+ *   factor too large for f16 values, or not finite) *redo is set, and the caller decodes the
+ *   tile again as codes;
+ * - else codes: integers (or fp8 values), exact in the 16-bit type, so that what the products
+ *   round is only q and p; ggml blocks' factors into blk_d and blk_m ([block][key]:
+ *   fa_mma_scores_of and fa_mma_accumulate_blocks apply them in float32). K's NaN and
+ *   infinite fp8 codes stay in the tile (its key's scores are NaN or infinite, and hidden
+ *   keys' scores become -inf). V's (where bad is given) become 0 there and set their row's
+ *   bit in bad: a key hidden from some rows (weight 0) must add nothing to them, which 0
+ *   times NaN in a product would not; fa_mma_add_nonfinite adds them where the weight is not
+ *   0 (bad cleared before, a barrier between). */
+FCL_INLINE void FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+                                                       __local float (*blk_d)[FA_MMA_BK],
+                                                       __local float (*blk_m)[FA_MMA_BK],
+                                                       __local const uchar *raw, uint format,
+                                                       uint rb, uint dim, __local uint *bad,
+                                                       int values, __local uint *redo)
 {
+#define FA_MMA_COPIES (FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS) /* a work-item's */
+#define FA_MMA_COPY_ROW(n) ((get_local_id(0) + (n) * FA_MMA_THREADS) / FA_MMA_ROW_CHUNKS)
+#define FA_MMA_COPY_COL(n) ((get_local_id(0) + (n) * FA_MMA_THREADS) % FA_MMA_ROW_CHUNKS * 8)
+    /* The codes of every copy without a branch, then one branch for the work-item where one
+     * needs the float path (a NaN or infinite fp8 code, iq4_nl, values with an m). */
+    uint4 codes[FA_MMA_COPIES];
+    float d[FA_MMA_COPIES], m[FA_MMA_COPIES];
+    int fast = 1;
     #pragma unroll
-    for (uint n = 0; n < FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS; n++) {
-        const uint i = get_local_id(0) + n * FA_MMA_THREADS;
-        const uint row = i / FA_MMA_ROW_CHUNKS, col = i % FA_MMA_ROW_CHUNKS * 8;
-        uint4 codes = (uint4)(0);
-        float d = 0.0f, m = 0.0f;
-        if (col < dim &&
-            !FCL_CAT(fa_kv_codes8_fast, FA_MMA_T)(&codes, &d, &m, raw + row * rb, format, col)) {
+    for (uint n = 0; n < FA_MMA_COPIES; n++) {
+        codes[n] = (uint4)(0);
+        d[n] = m[n] = 0.0f;
+        if (FA_MMA_COPY_COL(n) < dim)
+            fast &= FCL_CAT(fa_kv_codes8_fast, FA_MMA_T)(&codes[n], &d[n], &m[n],
+                                                          raw + FA_MMA_COPY_ROW(n) * rb, format,
+                                                          FA_MMA_COPY_COL(n));
+    }
+    const int with_m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1;
+    if (!fast || (values && with_m)) {
+        #pragma unroll
+        for (uint n = 0; n < FA_MMA_COPIES; n++) {
+            const uint row = FA_MMA_COPY_ROW(n);
             float x[8];
             int finite = 1;
-            fa_kv_codes8_local(x, &d, &m, raw + row * rb, format, col);
+            if (FA_MMA_COPY_COL(n) >= dim)
+                continue;
+            fa_kv_codes8_local(x, &d[n], &m[n], raw + row * rb, format, FA_MMA_COPY_COL(n));
             #pragma unroll
             for (uint e = 0; e < 8; e++) {
+                x[e] = values ? fma(d[n], x[e], m[n]) : x[e];
                 finite &= isfinite(x[e]);
                 x[e] = bad && !isfinite(x[e]) ? 0.0f : x[e];
             }
             if (bad && !finite)
                 atomic_or(&bad[row / 32], 1u << row % 32);
-            codes = (uint4)(FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[0], x[1]),
-                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2], x[3]),
-                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[4], x[5]),
-                            FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[6], x[7]));
+            codes[n] = (uint4)(FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[0], x[1]),
+                               FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2], x[3]),
+                               FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[4], x[5]),
+                               FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[6], x[7]));
         }
-        if (col % 32 == 0) {
-            blk_d[col / 32][row] = d;
-            blk_m[col / 32][row] = m;
+    } else if (values) { /* codes times d, rounded once */
+        #pragma unroll
+        for (uint n = 0; n < FA_MMA_COPIES; n++) {
+            const uint dd = fcl_nv_pack_f16(d[n], d[n]);
+            codes[n] = (uint4)(fa_f16x2_mul(codes[n].x, dd), fa_f16x2_mul(codes[n].y, dd),
+                               fa_f16x2_mul(codes[n].z, dd), fa_f16x2_mul(codes[n].w, dd));
         }
-        *(__local uint4 *)&tile[row][col] = codes;
     }
+    int finite_all = 1;
+    #pragma unroll
+    for (uint n = 0; n < FA_MMA_COPIES; n++) {
+        const uint row = FA_MMA_COPY_ROW(n), col = FA_MMA_COPY_COL(n);
+        finite_all &= fa_f16x2_finite(codes[n].x) & fa_f16x2_finite(codes[n].y) &
+                      fa_f16x2_finite(codes[n].z) & fa_f16x2_finite(codes[n].w);
+        if (!values && col % 32 == 0) {
+            blk_d[col / 32][row] = d[n];
+            blk_m[col / 32][row] = m[n];
+        }
+        *(__local uint4 *)&tile[row][col] = codes[n];
+    }
+    if (values && !finite_all)
+        atomic_or(redo, 1u);
+#undef FA_MMA_COPIES
+#undef FA_MMA_COPY_ROW
+#undef FA_MMA_COPY_COL
+}
+
+/* fa_mma_decode_tile_of with the format a constant for the common formats: each one's loop is
+ * then free of branches, and the compiler interleaves its copies' loads and conversions (H200,
+ * B4 H16 L4096 D128 causal prefill: a format read at run time made the fp8 calls 27% and the
+ * q8_0 calls 68% slower), in f16 tiles. The other formats, and bf16 tiles, read it at run time:
+ * a case each would make the compile of these programs about twice as long. */
+FCL_INLINE void FCL_CAT(fa_mma_decode_tile, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+                                                    __local float (*blk_d)[FA_MMA_BK],
+                                                    __local float (*blk_m)[FA_MMA_BK],
+                                                    __local const uchar *raw, uint format,
+                                                    uint rb, uint dim, __local uint *bad,
+                                                    int values, __local uint *redo)
+{
+#define FA_MMA_DECODE_AS(f)                                                                    \
+    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(tile, blk_d, blk_m, raw, f, rb, dim, bad, values, redo)
+#if FA_MMA_VALUES
+    switch (format) {
+    case FCL_KV_Q8_0: FA_MMA_DECODE_AS(FCL_KV_Q8_0); break;
+    case FCL_KV_Q4_0: FA_MMA_DECODE_AS(FCL_KV_Q4_0); break;
+    case FCL_KV_FP8_E4M3: FA_MMA_DECODE_AS(FCL_KV_FP8_E4M3); break;
+    case FCL_KV_FP8_E5M2: FA_MMA_DECODE_AS(FCL_KV_FP8_E5M2); break;
+    case FCL_KV_INT8: FA_MMA_DECODE_AS(FCL_KV_INT8); break;
+    default: FA_MMA_DECODE_AS(format);
+    }
+#else
+    FA_MMA_DECODE_AS(format);
+#endif
+#undef FA_MMA_DECODE_AS
 }
 #endif
 
@@ -1025,7 +1109,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     /* ... the block factors of the tile of ggml codes decoded last (K's during the scores,
      * V's during the second product) */
     __local float blk_d[FA_D / 32][FA_MMA_BK], blk_m[FA_D / 32][FA_MMA_BK];
-    __local uint bad[2];
+    __local uint bad[3]; /* ... and (word 2) whether V's tile is to be decoded again as codes */
 #else
     __local float k_sc[2][1], v_sc[2][1];
 #endif
@@ -1054,6 +1138,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const int k_has_m = p->format_k == FCL_KV_Q4_1 || p->format_k == FCL_KV_Q5_1;
     const int v_blocks = p->format_v >= FCL_KV_Q8_0 && p->format_v <= FCL_KV_IQ4_NL;
     const int v_has_m = p->format_v == FCL_KV_Q4_1 || p->format_v == FCL_KV_Q5_1;
+    /* ... V's blocks decoded to f16 values where they fit (FA_MMA_VALUES), else the same */
+    const int v_values = v_blocks && FA_MMA_VALUES;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
     const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
@@ -1137,12 +1223,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
 #if FA_MMA_KV
             if (coded_k) { /* K's bytes into its tile, then raw is free for V's */
-                FCL_CAT(fa_mma_codes_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, p->format_k, rb_k,
-                                                    (uint)p->head_dim, NULL);
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, p->format_k, rb_k,
+                                                     (uint)p->head_dim, NULL, 0, NULL);
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
             if (lid == 0)
-                bad[0] = bad[1] = 0; /* for the V tile's decoding, after a barrier */
+                bad[0] = bad[1] = bad[2] = 0; /* for the V tile's decoding, after a barrier */
 #endif
             FA_MMA_FETCH_V(v_at[at], k0);
             fa_mma_copies_commit();
@@ -1158,9 +1244,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 for (uint j = 0; j < FA_MMA_NKEYS; j++)
                     s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #if FA_MMA_KV
-            if (k_blocks)
+            if (k_blocks && k_has_m) /* (has_m a constant in each call) */
                 FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], blk_d, blk_m,
-                                                   qsum, kw * FA_MMA_WKEYS, k_has_m, lane);
+                                                   qsum, kw * FA_MMA_WKEYS, 1, lane);
+            else if (k_blocks)
+                FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], blk_d, blk_m,
+                                                   qsum, kw * FA_MMA_WKEYS, 0, lane);
             else
 #endif
                 FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], lane);
@@ -1174,10 +1263,19 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE);
             int v_nonfinite = 0; /* V's decoding left values out of the tile: raw keeps them */
 #if FA_MMA_KV
+            int v_as_values = 0;
             if (coded_v) {
-                FCL_CAT(fa_mma_codes_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v, rb_v,
-                                                    (uint)p->head_dim_v, bad);
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v, rb_v,
+                                                     (uint)p->head_dim_v, v_values ? NULL : bad,
+                                                     v_values, &bad[2]);
                 barrier(CLK_LOCAL_MEM_FENCE);
+                v_as_values = v_values && !bad[2];
+                if (v_values && !v_as_values) { /* a factor too large for f16 values: codes */
+                    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v,
+                                                            rb_v, (uint)p->head_dim_v, bad, 0,
+                                                            NULL); /* (rare: format read here) */
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                }
                 v_nonfinite = (bad[0] | bad[1]) != 0;
             }
             if (p->flags & FA_FLAG_K_TOKEN_SCALES) { /* each key's own factor */
@@ -1274,9 +1372,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
 #endif
 #if FA_MMA_KV
-            if (v_blocks)
+            if (v_blocks && !v_as_values && v_has_m)
                 FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
-                                                           blk_m, kw * FA_MMA_WKEYS, v_has_m, lane);
+                                                           blk_m, kw * FA_MMA_WKEYS, 1, lane);
+            else if (v_blocks && !v_as_values)
+                FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
+                                                           blk_m, kw * FA_MMA_WKEYS, 0, lane);
             else
 #endif
                 FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
@@ -1351,5 +1452,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_KV
 #undef FA_MMA_RAW_ROW
 #undef FA_MMA_FETCH
+#undef FA_MMA_VALUES
 #undef FA_MMA_FETCH_K
 #undef FA_MMA_FETCH_V
