@@ -342,6 +342,10 @@ FCL_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulon
     } else if (p->flags & FA_FLAG_SEQLENS_KV) {
         s.len_kv = (ulong)clamp((long)io->seqlens_kv[b], 0L, (long)p->len_kv);
     }
+    if (p->flags & FA_FLAG_LEFTPAD_KV) { /* (never paged or packed: the host sees to it) */
+        kv_start = (ulong)clamp((long)io->leftpad_kv[b], 0L, (long)s.len_kv);
+        s.len_kv -= kv_start;
+    }
     if (p->flags & FA_FLAG_PAGED) {
         s.k.pages = s.v.pages = s.ks.pages = s.vs.pages = b * p->block_table_stride;
         s.k.paged = s.v.paged = s.ks.paged = s.vs.paged = 1;

@@ -448,12 +448,18 @@ FCL_API fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc
  * (paged K/V: takes seqlens_kv, not cu_seqlens_kv). alibi_slopes float32 [heads_q] (or
  * [batch][alibi_slopes_batch_stride]), sinks float32 [heads_q]: one extra logit per head in
  * the softmax denominator (out = sum_j e^(s_j - m) v_j / (e^(sink - m) + sum_j e^(s_j - m));
- * lse includes it; a row with no visible key gives 0 and lse = sink). */
+ * lse includes it; a row with no visible key gives 0 and lse = sink). leftpad_kv int32
+ * [batch] (K/V neither paged nor packed; FlashAttention-2's leftpad_k, for left-padded
+ * batches): sequence b's keys are rows leftpad_kv[b] to L_kv(b) - 1 of its K and V
+ * (0 <= leftpad_kv[b] <= L_kv(b)); the rows before are hidden and key j is row
+ * leftpad_kv[b] + j for everything else: L_kv(b) - leftpad_kv[b] keys for causality, the
+ * window, ALiBi and p(i), the mask's column j, TOKEN scales. */
 typedef struct fcl_attention_io {
     cl_mem q, k, v, mask, out, lse;
     cl_mem seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table;
     cl_mem alibi_slopes, sinks;
     cl_mem k_scales, v_scales; /* v0.3: float32, as scale_mode_k / _v need (else NULL) */
+    cl_mem leftpad_kv;
 } fcl_attention_io;
 
 /* The same in host memory (fcl_attention_run_host, blocking): each buffer's extent is what its
@@ -466,6 +472,7 @@ typedef struct fcl_attention_host_io {
     const int32_t *seqlens_kv, *cu_seqlens_q, *cu_seqlens_kv, *block_table;
     const float *alibi_slopes, *sinks;
     const float *k_scales, *v_scales; /* v0.3 */
+    const int32_t *leftpad_kv;
 } fcl_attention_host_io;
 
 /* Attention with every v0.2 feature. The host call validates every index (lengths within

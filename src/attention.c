@@ -12,7 +12,7 @@
     {(io)->mask != NULL,          (io)->lse != NULL,           (io)->seqlens_kv != NULL,      \
      (io)->cu_seqlens_q != NULL,  (io)->cu_seqlens_kv != NULL, (io)->block_table != NULL,     \
      (io)->alibi_slopes != NULL,  (io)->sinks != NULL,         (io)->k_scales != NULL,        \
-     (io)->v_scales != NULL}
+     (io)->v_scales != NULL,      (io)->leftpad_kv != NULL}
 
 /* Whether rows of K or V (strides: their view's offset and strides or'd) suit the NVIDIA
  * kernels' copies: at multiples of 8 elements (16 bytes of half storage); of a coded format
@@ -204,6 +204,7 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
         {"sinks", io->sinks, 0, e.sinks, sizeof(float), NULL},
         {"k_scales", io->k_scales, 0, e.k_scales, sizeof(float), &p->ks_limit},
         {"v_scales", io->v_scales, 0, e.v_scales, sizeof(float), &p->vs_limit},
+        {"leftpad_kv", io->leftpad_kv, 0, e.seqlens_kv, sizeof(cl_int), NULL},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++) {
         size_t bytes = 0;
@@ -228,7 +229,7 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
                                  NULL,            NULL,           io->seqlens_kv,
                                  io->cu_seqlens_q, io->cu_seqlens_kv, io->block_table,
                                  io->alibi_slopes, io->sinks,    io->k_scales,
-                                 io->v_scales};
+                                 io->v_scales,    io->leftpad_kv};
     *b = all;
     return FCL_SUCCESS;
 }
@@ -454,6 +455,7 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     b.sinks = upload(ctx, io->sinks, e.sinks * sizeof(float), 0, &err);
     b.k_scales = upload(ctx, io->k_scales, e.k_scales * sizeof(float), 0, &err);
     b.v_scales = upload(ctx, io->v_scales, e.v_scales * sizeof(float), 0, &err);
+    b.leftpad_kv = upload(ctx, io->leftpad_kv, e.seqlens_kv * sizeof(int32_t), 0, &err);
     /* out starts as the caller's, so what lies between its rows comes back unchanged. */
     if (err == CL_SUCCESS)
         b.out = fcl_host_buffer(ctx, CL_MEM_READ_WRITE, out.bytes, out.base, &err);
@@ -479,7 +481,7 @@ release:
     cl_mem all[] = {b.q,          b.k,           b.v,           b.mask,
                     b.out,        b.lse,         b.seqlens_kv,  b.cu_seqlens_q,
                     b.cu_seqlens_kv, b.block_table, b.alibi_slopes, b.sinks,
-                    b.k_scales,   b.v_scales};
+                    b.k_scales,   b.v_scales,    b.leftpad_kv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);

@@ -94,6 +94,10 @@ static fcl_status check_features(fcl_context *ctx, const fcl_attention_desc *d,
     if (g->seqlens_kv && g->cu_seqlens_kv)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "seqlens_kv and cu_seqlens_kv are both given: give one");
+    if (g->leftpad_kv && (d->page_size || g->cu_seqlens_kv))
+        return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                        "leftpad_kv is given with %s K/V: it takes contiguous or strided K/V",
+                        d->page_size ? "paged" : "packed (cu_seqlens_kv)");
     if (d->page_size == 0 && g->block_table)
         return fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                         "a block_table was given but page_size is 0 (K/V not paged)");
@@ -348,7 +352,8 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
                (d.scale_mode_k == FCL_KV_SCALE_HEAD ? FA_FLAG_K_HEAD_SCALES : 0) |
                (d.scale_mode_v == FCL_KV_SCALE_HEAD ? FA_FLAG_V_HEAD_SCALES : 0) |
                (d.scale_mode_k == FCL_KV_SCALE_TOKEN ? FA_FLAG_K_TOKEN_SCALES : 0) |
-               (d.scale_mode_v == FCL_KV_SCALE_TOKEN ? FA_FLAG_V_TOKEN_SCALES : 0);
+               (d.scale_mode_v == FCL_KV_SCALE_TOKEN ? FA_FLAG_V_TOKEN_SCALES : 0) |
+               (given->leftpad_kv ? FA_FLAG_LEFTPAD_KV : 0);
     p->dtype_q = d.dtype_q;
     p->dtype_kv = d.dtype_kv;
     p->dtype_o = d.dtype_o;
@@ -532,6 +537,13 @@ fcl_status fcl_attention_check_indices(fcl_context *ctx, const fcl_attention_pro
             s = fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
                          "seqlens_kv[%zu] (%d) must be between 0 and len_kv (%zu)", b,
                          (int)io->seqlens_kv[b], d->len_kv);
+    for (size_t b = 0; s == FCL_SUCCESS && io->leftpad_kv && b < d->batch; b++) {
+        const int32_t len = io->seqlens_kv ? io->seqlens_kv[b] : (int32_t)d->len_kv;
+        if (io->leftpad_kv[b] < 0 || io->leftpad_kv[b] > len)
+            s = fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                         "leftpad_kv[%zu] (%d) must be between 0 and sequence %zu's length (%d)",
+                         b, (int)io->leftpad_kv[b], b, (int)len);
+    }
     for (size_t b = 0; s == FCL_SUCCESS && d->page_size && b < d->batch; b++) {
         size_t len = io->seqlens_kv ? (size_t)io->seqlens_kv[b] : d->len_kv;
         size_t pages = (len + d->page_size - 1) / d->page_size;
@@ -577,7 +589,7 @@ int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_proble
     const cl_uint kept = FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT | FA_FLAG_SOFTCAP |
                          FA_FLAG_SEQLENS_KV | FA_FLAG_CU_KV | FA_FLAG_PAGED | FA_FLAG_LSE |
                          FA_FLAG_KV | FA_FLAG_K_HEAD_SCALES | FA_FLAG_V_HEAD_SCALES |
-                         FA_FLAG_K_TOKEN_SCALES | FA_FLAG_V_TOKEN_SCALES;
+                         FA_FLAG_K_TOKEN_SCALES | FA_FLAG_V_TOKEN_SCALES | FA_FLAG_LEFTPAD_KV;
     const int top_left = (p->flags & FA_FLAG_CAUSAL) && !(p->flags & FA_FLAG_BOTTOM_RIGHT);
     /* K/V formats: groups of one head too (no other NVIDIA kernel reads them) */
     const size_t least = p->flags & FA_FLAG_KV ? 1 : 2;

@@ -73,6 +73,47 @@ static void test_seqlens_kv(void **state)
         }
 }
 
+/* ---- left-padded sequences (leftpad_kv) ---- */
+
+/* FlashAttention-2's leftpad_k: each sequence's keys start at its own row; the rows before are
+ * never read (NaN there), and positions count from it (causality, the window, ALiBi, the
+ * mask's columns); a padding as long as the sequence leaves no key. */
+static void test_leftpad_kv(void **state)
+{
+    (void)state;
+    static const int32_t lens[4] = {60, 40, 60, 17}, pad[4] = {0, 13, 59, 17};
+    static const float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    for (int c = 0; c < 4; c++) {
+        attention_run r = {.d = {.batch = 4, .heads_q = 4, .heads_kv = c == 1 ? 1 : 2,
+                                 .len_q = c == 0 ? 1 : c == 1 ? 3 : 20, .len_kv = 60,
+                                 .head_dim = 64, .layout = (fcl_layout)(c % 2),
+                                 .dtype_kv = c == 1 ? FCL_DTYPE_F16 : FCL_DTYPE_F32,
+                                 .kv_splits = c == 3 ? 3 : 0,
+                                 .causal = c >= 2 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE}};
+        if (c == 3)
+            r.d.window = 1, r.d.window_left = 7, r.d.window_right = FCL_WINDOW_UNBOUNDED;
+        attention_contiguous_inputs(&r);
+        if (c == 2) {
+            attention_mask(&r, FCL_MASK_ADD_F32);
+            r.io.alibi_slopes = slopes;
+        }
+        const size_t hk = r.d.heads_kv, L = r.d.len_kv, D = r.d.head_dim;
+        for (size_t b = 0; b < 4; b++)
+            for (size_t h = 0; h < hk; h++)
+                for (size_t t = 0; t < (size_t)pad[b]; t++)
+                    for (size_t e = 0; e < D; e++) {
+                        const size_t at = c % 2 ? ((b * L + t) * hk + h) * D + e
+                                                : ((b * hk + h) * L + t) * D + e;
+                        chk_store((void *)r.io.k, r.d.dtype_kv, at, NAN);
+                        chk_store((void *)r.io.v, r.d.dtype_kv, at, NAN);
+                    }
+        r.io.seqlens_kv = lens;
+        r.io.leftpad_kv = pad;
+        check_attention_run(&r);
+        attention_free_inputs(&r);
+    }
+}
+
 /* ---- paged K/V ---- */
 
 static void test_paged(void **state)
@@ -445,7 +486,7 @@ static void test_bad_indices_and_features(void **state)
 {
     (void)state;
     float q[4 * 8 * 8] = {0}, k[4 * 8 * 8] = {0}, out[4 * 8 * 8], lse[64];
-    int32_t lens[2] = {3, 9}, cu[3] = {0, 2, 1}, table[4] = {0, 1, 2, 5};
+    int32_t lens[2] = {3, 9}, cu[3] = {0, 2, 1}, table[4] = {0, 1, 2, 5}, pads[4] = {3, 4, 0, -1};
     const float slopes[2] = {1, 1};
     const fcl_attention_desc ok = {.batch = 2, .heads_q = 2, .len_q = 4, .len_kv = 8, .head_dim = 8};
     fcl_attention_desc d;
@@ -463,6 +504,15 @@ static void test_bad_indices_and_features(void **state)
     } while (0)
     d = ok, io = (fcl_attention_host_io){.seqlens_kv = lens};
     EXPECT_REJECTED("seqlens_kv[1] (9) must be between 0 and len_kv (8)");
+    d = ok, io = (fcl_attention_host_io){.seqlens_kv = pads, .leftpad_kv = pads + 1};
+    EXPECT_REJECTED("leftpad_kv[0] (4) must be between 0 and sequence 0's length (3)");
+    d = ok, io = (fcl_attention_host_io){.leftpad_kv = pads + 2};
+    EXPECT_REJECTED("leftpad_kv[1] (-1) must be between 0 and sequence 1's length (8)");
+    d = ok, d.page_size = 4, d.num_pages = 4, d.block_table_stride = 2;
+    io = (fcl_attention_host_io){.block_table = table, .leftpad_kv = pads};
+    EXPECT_REJECTED("leftpad_kv is given with paged K/V");
+    d = ok, io = (fcl_attention_host_io){.cu_seqlens_kv = cu, .leftpad_kv = pads};
+    EXPECT_REJECTED("leftpad_kv is given with packed (cu_seqlens_kv) K/V");
     d = ok, io = (fcl_attention_host_io){.cu_seqlens_q = cu};
     EXPECT_REJECTED("cu_seqlens_q[2] (1) is smaller than cu_seqlens_q[1] (2)");
     cu[0] = 1;
@@ -523,6 +573,7 @@ static void test_device_clamps_bad_indices(void **state)
     cl_command_queue queue;
     assert_int_equal(fcl_context_get_cl(support_ctx, &c, NULL, &queue), FCL_SUCCESS);
     const int32_t lens[3] = {-5, 1000, 4}, cu[4] = {0, 100000, -3, 9}, table[6] = {-1, 99999, 0, 1, 2, 3};
+    const int32_t pads[3] = {-7, 5000, 3};
     static float host[2 * 64 + 3 * 2 * 8 * 16];
     for (int paged = 0; paged < 2; paged++)
         for (int packed = 0; packed < 2; packed++) {
@@ -540,6 +591,7 @@ static void test_device_clamps_bad_indices(void **state)
             cl_mem lens_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof lens, (void *)lens, &err);
             cl_mem cu_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof cu, (void *)cu, &err);
             cl_mem table_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof table, (void *)table, &err);
+            cl_mem pads_b = clCreateBuffer(c, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, sizeof pads, (void *)pads, &err);
             assert_int_equal(err, CL_SUCCESS);
             for (size_t e = 0; e < total; e++)
                 host[e] = (float)e;
@@ -549,7 +601,8 @@ static void test_device_clamps_bad_indices(void **state)
             assert_int_equal(clEnqueueWriteBuffer(queue, kv, CL_TRUE, 0, n * 4, host, 0, NULL, NULL), CL_SUCCESS);
             fcl_attention_io io = {.q = q, .k = kv, .v = kv, .out = out, .lse = lse,
                                    .seqlens_kv = lens_b, .block_table = paged ? table_b : NULL,
-                                   .cu_seqlens_q = packed ? cu_b : NULL};
+                                   .cu_seqlens_q = packed ? cu_b : NULL,
+                                   .leftpad_kv = paged ? NULL : pads_b};
             cl_event done;
             fcl_status s = fcl_attention_run(support_ctx, &d, &io, 0, NULL, &done);
             if (s != FCL_SUCCESS)
@@ -561,8 +614,8 @@ static void test_device_clamps_bad_indices(void **state)
                 assert_true(back[e] == (float)e); /* before out's view */
             for (size_t e = guard + n; e < total; e++) /* after it */
                 assert_true(back[e] == (float)e);
-            cl_mem all[] = {q, kv, out, lse, lens_b, cu_b, table_b};
-            for (int i = 0; i < 7; i++)
+            cl_mem all[] = {q, kv, out, lse, lens_b, cu_b, table_b, pads_b};
+            for (int i = 0; i < 8; i++)
                 clReleaseMemObject(all[i]);
         }
 }
@@ -573,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_fused_qkv_and_wide_out),
         cmocka_unit_test(test_kv_shared_across_batch),
         cmocka_unit_test(test_seqlens_kv),
+        cmocka_unit_test(test_leftpad_kv),
         cmocka_unit_test(test_plain_and_all_feature_kernels_agree),
         cmocka_unit_test(test_paged),
         cmocka_unit_test(test_varlen),

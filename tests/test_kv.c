@@ -102,6 +102,11 @@ static void test_scales(void **state)
             else
                 kv_add_scales(&r, 0, cases[c].k), kv_add_scales(&r, 1, cases[c].v);
             check_attention_run(&r);
+            if (cases[c].k == FCL_KV_SCALE_TOKEN) { /* left padding moves the rows' scales too */
+                static const int32_t pad[3] = {0, 7, 41};
+                r.io.leftpad_kv = pad;
+                check_attention_run(&r);
+            }
             kv_free_run(&r);
         }
 }

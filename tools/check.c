@@ -231,6 +231,8 @@ chk_attention_where chk_attention_locate(const fcl_attention_desc *d, const fcl_
         w.len_kv = (size_t)(io->cu_seqlens_kv[b + 1] - io->cu_seqlens_kv[b]);
     if (io->seqlens_kv)
         w.len_kv = (size_t)io->seqlens_kv[b];
+    if (io->leftpad_kv) /* its keys from row leftpad_kv[b] */
+        w.kv_start = (size_t)io->leftpad_kv[b], w.len_kv -= (size_t)io->leftpad_kv[b];
     return w;
 }
 

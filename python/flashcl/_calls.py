@@ -422,6 +422,23 @@ def _cache_places(k_cache, block_table, rows, starts, count):
     return places
 
 
+def _leftpad(cache_leftpad, starts, rows_chosen):
+    """cache_leftpad as int32 (batch,), each within its sequence's cached keys, checked before
+    anything is written; flashcl takes it over a contiguous cache only."""
+    if cache_leftpad is None:
+        return None
+    if rows_chosen:
+        raise ValueError("flashcl: cache_leftpad takes a contiguous cache, without block_table "
+                         "or cache_batch_idx")
+    pads = _int32(cache_leftpad, "cache_leftpad", len(starts))
+    bad = np.flatnonzero((pads < 0) | (pads > starts))
+    if bad.size:
+        b = bad[0]
+        raise ValueError(f"flashcl: cache_leftpad[{b}] ({pads[b]}) must be between 0 and "
+                         f"cache_seqlens[{b}] ({starts[b]})")
+    return pads
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None,
@@ -438,15 +455,16 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     positions cache_seqlens[b] onwards; attention then sees cache_seqlens[b] + seqlen_new
     keys (cache_seqlens: an int or (batch,) int32; None: the whole cache). cache_batch_idx
     (batch,) int32: the cache rows of the batch's sequences (default 0 .. batch - 1).
+    cache_leftpad (batch,) int32 (a contiguous cache without cache_batch_idx): sequence b's
+    keys start at row cache_leftpad[b] <= cache_seqlens[b] (left-padded batches); the rows
+    before are hidden and positions count from it.
     num_splits: 0 lets flashcl choose, 1 never splits the keys, N splits them N ways.
-    Rotary embeddings and cache_leftpad are not implemented yet (ValueError). Returns out
+    Rotary embeddings are not implemented yet (ValueError). Returns out
     (batch, seqlen_q, nheads, headdim) of q's type; with return_softmax_lse, (out, lse
     (batch, nheads, seqlen_q) float32)."""
     if rotary_cos is not None or rotary_sin is not None:
         raise ValueError("flashcl: rotary embeddings are not implemented (apply them to q and k "
                          "first)")
-    if cache_leftpad is not None:
-        raise ValueError("flashcl: cache_leftpad is not implemented yet")
     if any(_on_device(a) for a in (q, k_cache, v_cache, k, v)):
         raise TypeError("flashcl: flash_attn_with_kvcache takes numpy arrays (PyOpenCL arrays: "
                         "not yet)")
@@ -474,6 +492,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         _int32(cache_batch_idx, "cache_batch_idx", batch)
     if table is None and np.any((rows < 0) | (rows >= k_cache.shape[0])):
         raise ValueError(f"flashcl: cache_batch_idx must lie in [0, {k_cache.shape[0]})")
+    pads = _leftpad(cache_leftpad, starts, block_table is not None or cache_batch_idx is not None)
     new = 0
     if (k is None) != (v is None):
         raise ValueError("flashcl: k and v are given together or not at all")
@@ -512,6 +531,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         bufs["block_table"] = table
     _alibi(desc, bufs, alibi_slopes, batch, q.shape[2])
     bufs["seqlens_kv"] = lengths
+    if pads is not None:
+        bufs["leftpad_kv"] = pads
     _floats(bufs, "sinks", sinks, ((q.shape[2],),))
     out, lse = _run_attention(context, desc, bufs, q.shape[:3] + (v_cache.shape[3],),
                               (q.shape[0], q.shape[2], q.shape[1]), return_softmax_lse)

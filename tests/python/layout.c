@@ -50,6 +50,7 @@ int main(void)
     printf(", \"AttentionHostIO\": {");
     FIELD(fcl_attention_host_io, block_table);
     FIELD(fcl_attention_host_io, v_scales);
+    FIELD(fcl_attention_host_io, leftpad_kv);
     SIZE(fcl_attention_host_io);
     printf("}\n");
     return 0;

@@ -289,6 +289,29 @@ def test_flash_attn_with_kvcache(rng, paged):
         assert_lse(lse[b], want_lse)
 
 
+@pytest.mark.parametrize("window", [(-1, -1), (5, 0)])
+def test_kvcache_leftpad(rng, window):
+    """cache_leftpad (left-padded batches): keys from row cache_leftpad[b] (the rows before are
+    NaN and must not be read), positions counted from it, new tokens at cache_seqlens[b]."""
+    batch, h, hk, d, new, cap = 3, 4, 2, 64, 2, 40
+    lens, pads = np.array([10, 4, 31], np.int32), np.array([3, 4, 0], np.int32)
+    q = tensors(rng, (batch, new, h, d), np.float32)
+    k_new, v_new = tensors(rng, (batch, new, hk, d), np.float32), tensors(rng, (batch, new, hk, d), np.float32)
+    k_cache, v_cache = tensors(rng, (batch, cap, hk, d), np.float32), tensors(rng, (batch, cap, hk, d), np.float32)
+    for b in range(batch):
+        k_cache[b, :pads[b]] = v_cache[b, :pads[b]] = np.nan
+    slopes = np.array([0.5, 0.25, 0.125, 0.0625], np.float32)
+    out = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
+                                          cache_leftpad=pads, causal=True, window_size=window,
+                                          alibi_slopes=slopes)
+    for b in range(batch):
+        keys = slice(pads[b], lens[b] + new)
+        assert np.array_equal(k_cache[b, lens[b]:lens[b] + new], k_new[b])
+        want = reference(q[b], k_cache[b, keys], v_cache[b, keys], causal=True, window=window,
+                         slopes=slopes)[0]
+        assert_close(out[b], want, np.float32, f"sequence {b}")
+
+
 def test_kvcache_errors(rng):
     """Nothing is written where the call is refused."""
     q = tensors(rng, (1, 1, 2, 64), np.float32)
@@ -299,6 +322,13 @@ def test_kvcache_errors(rng):
         flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, k_new, k_new, cache_seqlens=6)
     with pytest.raises(ValueError, match="rotary"):
         flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, rotary_cos=q, rotary_sin=q)
+    with pytest.raises(ValueError, match=r"cache_leftpad\[0\] \(5\) must be between 0 and "
+                                         r"cache_seqlens\[0\] \(4\)"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, k_new, k_new, cache_seqlens=4,
+                                        cache_leftpad=[5])
+    with pytest.raises(ValueError, match="contiguous cache"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, k_new, k_new, cache_seqlens=4,
+                                        cache_leftpad=[1], cache_batch_idx=[0])
     assert np.array_equal(k_cache, before)
     out = flashcl.flash_attn_with_kvcache(q, k_cache, k_cache, cache_seqlens=4, num_splits=2)
     assert_close(out[0], reference(q[0], before[0, :4], before[0, :4])[0], np.float32, "4 keys")
