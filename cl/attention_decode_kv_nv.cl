@@ -14,7 +14,7 @@
  *   FA_FEATURES the features compiled in (FA_FEATURES_KV)
  *
  * The _kv builds decode each tile in local memory between work-group barriers, so that the
- * loads, the decoding and the products of a tile take turns (docs/PERFORMANCE.md). Here each
+ * loads, the decoding and the products of a tile take turns. Here each
  * warp takes chunks of 16 keys on its own, with no barrier in the loop: its lanes copy the K
  * and V rows of the chunks ahead (FA_KVD_STAGES - 1 of them) into the warp's own local memory
  * by cp.async, 16 bytes a copy from the boundary before each row (fa_kvd_stage), while this
@@ -213,7 +213,7 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
  * each lane's pieces are constant places of the rows (lane + 32 i of a tensor's 16 rows of
  * FA_KVD_PIECES). A loop that stepped through each row's pieces (8 bytes each for q8_0's
  * rows) issued 2 to 4 times the instructions (ptxas, sm_90): H200, B8 H32/8 at 32K keys,
- * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248 (docs/PERFORMANCE.md). */
+ * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248. */
 FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uchar *v_dst,
                                               __local uchar (*lead)[FA_KVD_KEYS],
                                               __local float (*sc)[FA_KVD_KEYS],

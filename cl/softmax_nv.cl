@@ -258,7 +258,7 @@ FCL_INLINE void FCL_CAT(snv_stream_write, FCL_DT)(__global const SNV_T *in_row, 
 
 /* ONLINE: a work-group a row; pass 1 keeps (m, d), pass 2 reads the row again and writes it.
  * (Fewer groups, so that their rows stay in the L2 cache for the second read, were slower on
- * the H100: docs/PERFORMANCE.md.) */
+ * the H100.) */
 __kernel __attribute__((reqd_work_group_size(SM_NV_LWS, 1, 1))) void
 FCL_CAT(softmax_nv_online, FCL_DT)(SM_ROW_ARGS)
 {

@@ -64,7 +64,7 @@ for dtype in f16 bf16 f32; do
   done
 done
 # K/V caches in each format beside f16 (docs/PERFORMANCE.md, "Quantized and 8-bit K/V
-# caches"), the writer of a step's tokens, and 8-bit decoding on the _kv build instead of the
+# caches (f16 q)"), the writer of a step's tokens, and 8-bit decoding on the _kv build instead of the
 # 8-bit decode kernel.
 kv="--attention 8,32/8,1,32768,128 --attention 8,32/8,1,32768,128,p16 --attention 8,32,1,32768,128
   --attention 4,16,4096,4096,128,c --kv-write 256,8,128,p16"

@@ -61,7 +61,7 @@ static const struct device_entry {
      * into 128-bit transactions. Rows up to 256 * 16 elements stay in registers, 8 or more
      * work-items per row: measured on the H200 at N = 128, 8 work-items per row (16
      * elements each) run 3.2x faster than 32 (4 each, and 12 idle slots paying for their
-     * exp), at 1024-4096 the same (docs/PERFORMANCE.md); 32 items per work-item run slower
+     * exp), at 1024-4096 the same; 32 items per work-item run slower
      * at every N. 96 attention accumulators admit 64 x 32 tiles at head_dim 64: with the
      * next K and V tiles prefetched, 16% faster than 64 x 16 (80) on the H200 (25.4 against
      * 21.9 TFLOP/s, float32). p read 4 keys at a time: 1-5% faster on the H200 (prefetching,
@@ -85,7 +85,7 @@ static const struct device_entry {
     /* POCL and other CPU drivers run a work-group as a loop over its work-items and save
      * what lives across a barrier per work-item: a short group keeps that cheap, and
      * vectors as wide as the SIMD registers do the work. Measured on POCL 3.1 (2 cores,
-     * AVX-512): 4 work-items beat 64 by up to 3x on long rows (docs/PERFORMANCE.md);
+     * AVX-512): 4 work-items beat 64 by up to 3x on long rows;
      * groups of 1 or 2 make POCL 3.1's work-group compiler abort on the half kernels.
      * Prefetched K and V tiles would be values saved across barriers per work-item; on
      * Mesa's llvmpipe its tiles (16 x 16, where one buffer leaves room for 16 x 32) ran up
@@ -409,7 +409,7 @@ static size_t block_lanes(const fcl_device_info *info, size_t cols)
     return lanes ? lanes : 1;
 }
 
-/* Measured on the H100 (docs/PERFORMANCE.md): 8 vectors a work-item (128 bytes) keep 94-97% of
+/* Measured on the H100 (issue 13): 8 vectors a work-item (128 bytes) keep 94-97% of
  * the copy's speed from 128 to 8192 float32 and 16384 16-bit elements a row, 4 a little less
  * past 1024; 16 spill in the 16-bit types (255 registers) but hold 16384 float32 at 90% (177
  * registers). NVIDIA's driver allows this kernel groups of 256 only (also at 54 registers). */
@@ -1092,7 +1092,7 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv)
 }
 
 /* Warps of a tensor-core work-group, tiles of 16 query rows a warp and keys a tile, per
- * bucket and kind. Measured on the H100 (f16, B4 H16 L4096, docs/PERFORMANCE.md): at head
+ * bucket and kind. Measured on the H100 (f16, B4 H16 L4096; issue 13): at head
  * dim 64, 4 warps of 2 tiles (161 TFLOP/s; 4 x 1: 151, 2 x 2: 137, 8 x 1: 97), each K and V
  * fragment read from local memory feeding two products; at 128, 8 warps of 1 (175; 4 x 2:
  * 123 and 8 x 2: 139, too many registers; 4 x 1: 131), whose K and V tiles serve 128
@@ -1109,7 +1109,7 @@ int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv)
  * (H32/4) 0.088 / 0.095 / 0.090; 8 warps of 16 rows each took 0.27. The builds for K/V
  * formats (kv) decode each tile in local memory: their GQA rows take a warp every 16 keys
  * (4 at 64-key tiles), which on the H200 (B8 H32/8 D128, 32K keys) took fp8 from 3.12 to
- * 1.05 ms together with the f16 codes' conversions without floats (docs/PERFORMANCE.md). */
+ * 1.05 ms together with the f16 codes' conversions without floats. */
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows, int kv)
 {
     const int f32 = fcl_mma_kind_f32(kind);
@@ -1197,7 +1197,7 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
         return plan_tensor_cores(info, d, bucket, 0, launch);
     /* Decoding: where the portable kernel does not take several query heads of a kv head
      * together (the shuffle kernel takes one: with 4 it needed 254 registers on the H100 and
-     * ran slower than the portable kernel, docs/PERFORMANCE.md). */
+     * ran slower than the portable kernel). */
     return shared_heads_step(d, FA_DEC_HEADS) == 1 &&
            plan_launch(info, d, FCL_ATTENTION_PATH_DECODE_NV, 1, bucket, 1,
                        FA_DNV_KEYS(fcl_attention_bucket_dim(bucket)), FA_DNV_LWS, 0,
