@@ -58,6 +58,13 @@ class Context:
     def __del__(self):
         self.close()
 
+    def info(self):
+        """What flashcl probed on the device and planned from it: fcl_device_info's fields
+        (flashcl.h) as a dict (its device type the OpenCL bitfield)."""
+        out = _lib.DeviceInfo()
+        self._check(lib.fcl_context_device_info(self._handle, ctypes.byref(out)))
+        return _lib.as_dict(out)
+
     def _check(self, status):
         if status == _lib.SUCCESS:
             return
@@ -65,6 +72,15 @@ class Context:
         if status == _lib.ERROR_INVALID_ARGUMENT:
             raise ValueError(f"flashcl: {why}")
         raise Error(f"flashcl: {lib.fcl_status_string(status).decode()}: {why}")
+
+
+def probe(device=None):
+    """Context(device).info(): what flashcl-probe reports of a device, as a dict."""
+    ctx = Context(device)
+    try:
+        return ctx.info()
+    finally:
+        ctx.close()
 
 
 def devices():
@@ -584,6 +600,97 @@ def softmax(x, scale=1.0, mask=None, log=False, *, return_lse=False, context=Non
             ctx._check(lib.fcl_softmax_run_host(ctx._handle, ctypes.byref(desc), ctypes.byref(io)))
     out, lse = out.reshape(x.shape), lse.reshape(x.shape[:-1])
     return (out, lse) if return_lse else out
+
+
+def attention_merge(outs, lses, *, context=None):
+    """Merges attention results over disjoint sets of keys (a shared prefix and the rest,
+    other devices, key splits): outs[p] (..., headdim_v) and lses[p] of the shape of its rows
+    (out.shape[:-1]; flash_attn_func's softmax_lse (batch, nheads, seqlen_q) is
+    lse.transpose(0, 2, 1) there), float32. out = sum_p exp(lse_p - lse) out_p and lse =
+    logsumexp_p lse_p; a part whose lse is -inf adds nothing (all -inf: 0 and -inf). Returns
+    (out, lse), float32: numpy arrays, or for PyOpenCL parts (contiguous from their buffers'
+    starts) new arrays on the first part's queue, the merge enqueued after the parts'
+    events."""
+    if not outs or len(outs) != len(lses):
+        raise ValueError(f"flashcl: attention_merge takes one lse a part and at least one part "
+                         f"({len(outs)} outs, {len(lses)} lses)")
+    shape = tuple(outs[0].shape)
+    for o, s in zip(outs, lses):
+        if tuple(o.shape) != shape or tuple(s.shape) != shape[:-1]:
+            raise ValueError(f"flashcl: every out must have shape {shape} and its lse "
+                             f"{shape[:-1]}, not {tuple(o.shape)} and {tuple(s.shape)}")
+        if o.dtype != np.float32 or s.dtype != np.float32:
+            raise TypeError("flashcl: attention_merge takes float32 outs and lses")
+    if len(shape) < 1 or shape[-1] == 0:
+        raise ValueError(f"flashcl: outs need a non-empty last axis (shape {shape})")
+    rows, dim = int(np.prod(shape[:-1])), shape[-1]
+    device = [_on_device(a) for a in list(outs) + list(lses)]
+    if any(device) != all(device):
+        raise TypeError("flashcl: the parts must all be numpy arrays or all PyOpenCL arrays")
+    if rows == 0 and device[0]:
+        raise ValueError("flashcl: PyOpenCL parts without rows")
+    if rows == 0:
+        return np.zeros(shape, np.float32), np.full(shape[:-1], -np.inf, np.float32)
+    if device[0]:
+        return _merge_device(context, outs, lses, rows, dim, shape)
+    ctx = context or default_context()
+    cl = _lib.opencl()
+    handles = [ctypes.c_void_p() for _ in range(3)]
+    ctx._check(lib.fcl_context_get_cl(ctx._handle, *map(ctypes.byref, handles)))
+    cl_ctx, _, queue = handles
+    out, lse = np.empty(shape, np.float32), np.empty(shape[:-1], np.float32)
+    made, done = [], ctypes.c_void_p()
+    try:
+        def buffer(nbytes, host=None):  # a copy of host (read only), else read-write
+            err = ctypes.c_int()
+            flags = 4 | 32 if host is not None else 1
+            made.append(cl.clCreateBuffer(cl_ctx, flags, nbytes, _pointer(host), ctypes.byref(err)))
+            if err.value:
+                raise Error(f"flashcl: clCreateBuffer failed ({err.value})")
+            return made[-1]
+        parts = [buffer(a.nbytes, a) for a in map(np.ascontiguousarray, list(outs) + list(lses))]
+        part_outs, part_lses = parts[:len(outs)], parts[len(outs):]
+        out_b, lse_b = buffer(out.nbytes), buffer(lse.nbytes)
+        n = len(outs)
+        ctx._check(lib.fcl_attention_merge(ctx._handle, n, rows, dim,
+                                           (ctypes.c_void_p * n)(*part_outs),
+                                           (ctypes.c_void_p * n)(*part_lses), out_b, lse_b, 0,
+                                           None, ctypes.byref(done)))
+        for host, b in ((out, out_b), (lse, lse_b)):
+            err = cl.clEnqueueReadBuffer(queue, b, 1, 0, host.nbytes, _pointer(host), 1,
+                                         ctypes.byref(done), None)
+            if err:
+                raise Error(f"flashcl: reading the merge back failed ({err})")
+    finally:
+        if done:
+            cl.clReleaseEvent(done)
+        for b in made:
+            if b:
+                cl.clReleaseMemObject(b)
+    return out, lse
+
+
+def _merge_device(context, outs, lses, rows, dim, shape):
+    import pyopencl.array as cla
+    if not all(_on_device(a) and a.flags.c_contiguous and not a.offset
+               for a in list(outs) + list(lses)):
+        raise ValueError("flashcl: PyOpenCL parts must be contiguous from their buffers' start")
+    queue = outs[0].queue
+    ctx = context or _queue_context(queue)
+    out, lse = cla.empty(queue, shape, np.float32), cla.empty(queue, shape[:-1], np.float32)
+    n = len(outs)
+    waits = [e.int_ptr for a in list(outs) + list(lses) for e in a.events]
+    wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
+    done = ctypes.c_void_p()
+    ctx._check(lib.fcl_attention_merge(
+        ctx._handle, n, rows, dim, (ctypes.c_void_p * n)(*[o.base_data.int_ptr for o in outs]),
+        (ctypes.c_void_p * n)(*[s.base_data.int_ptr for s in lses]), out.base_data.int_ptr,
+        lse.base_data.int_ptr, len(waits), wait_list if waits else None, ctypes.byref(done)))
+    import pyopencl as cl
+    event = cl.Event.from_int_ptr(done.value, retain=False)
+    out.add_event(event)
+    lse.add_event(event)
+    return out, lse
 
 
 def _run_softmax_device(context, desc, x, bufs):

@@ -61,6 +61,52 @@ class AttentionHostIO(ctypes.Structure):
                  "v_scales", "leftpad_kv")]
 
 
+_text = ctypes.c_char
+
+
+class AttentionTile(ctypes.Structure):
+    _fields_ = [("max_head_dim", _size), ("block_q", _size), ("block_kv", _size),
+                ("work_group_size", _size), ("rows_block_q", _size),
+                ("local_mem_size", ctypes.c_uint64), ("decode_block_kv", _size),
+                ("rows_because", _text * 128)]
+
+
+class DeviceInfo(ctypes.Structure):
+    _fields_ = [("platform_name", _text * 256), ("name", _text * 256), ("vendor", _text * 256),
+                ("driver_version", _text * 128), ("device_version", _text * 128),
+                ("opencl_c_version", _text * 128), ("type", ctypes.c_uint64),
+                ("vendor_id", ctypes.c_uint), ("compute_units", ctypes.c_uint),
+                ("max_work_group_size", _size), ("local_mem_size", ctypes.c_uint64),
+                ("local_mem_is_global", ctypes.c_int), ("global_mem_size", ctypes.c_uint64),
+                ("max_alloc_size", ctypes.c_uint64),
+                ("preferred_vector_width_float", ctypes.c_uint), ("has_fp16", ctypes.c_int),
+                ("has_fp64", ctypes.c_int), ("kernel_work_group_size", _size),
+                ("kernel_local_mem_size", ctypes.c_uint64), ("softmax_work_group_size", _size),
+                ("softmax_vector_width", _size), ("softmax_fused_max_cols", _size),
+                ("softmax_block_cols", _size), ("softmax_block_items", _size),
+                ("softmax_block_min_lanes", _size), ("softmax_rows_per_item", ctypes.c_int),
+                ("attention_rows_per_item", ctypes.c_int),
+                ("attention_tiles", AttentionTile * 4), ("tuning", _text * 96),
+                ("program_from_cache", ctypes.c_int), ("program_cache_usable", ctypes.c_int),
+                ("loop_iteration_cap", ctypes.c_uint), ("local_mem_scale", ctypes.c_uint),
+                ("local_mem_reserved", ctypes.c_uint64),
+                ("nv_compute_capability", ctypes.c_uint), ("attention_mma", ctypes.c_int),
+                ("attention_mma_because", _text * 160), ("softmax_nv_cols", _size)]
+
+
+def as_dict(s):
+    """A ctypes struct as a dict: text as str, arrays of structs as lists of dicts."""
+    def value(v):
+        if isinstance(v, bytes):
+            return v.decode(errors="replace")
+        if isinstance(v, ctypes.Structure):
+            return as_dict(v)
+        if isinstance(v, ctypes.Array):
+            return [value(e) for e in v]
+        return v
+    return {name: value(getattr(s, name)) for name, _ in s._fields_}
+
+
 class AttentionIO(ctypes.Structure):  # cl_mem handles
     _fields_ = [(name, ctypes.c_void_p) for name, _ in AttentionHostIO._fields_]
 
@@ -101,6 +147,12 @@ def _declare(lib):
         "fcl_context_create_from_cl": (ctypes.c_int, [ptr, ptr, ptr, ctypes.POINTER(ContextOptions),
                                                       ctypes.POINTER(ptr)]),
         "fcl_context_destroy": (None, [ptr]),
+        "fcl_context_device_info": (ctypes.c_int, [ptr, ctypes.POINTER(DeviceInfo)]),
+        "fcl_context_get_cl": (ctypes.c_int, [ptr, ctypes.POINTER(ptr), ctypes.POINTER(ptr),
+                                              ctypes.POINTER(ptr)]),
+        "fcl_attention_merge": (ctypes.c_int, [ptr, _size, _size, _size, ctypes.POINTER(ptr),
+                                               ctypes.POINTER(ptr), ptr, ptr, ctypes.c_uint,
+                                               ctypes.POINTER(ptr), ctypes.POINTER(ptr)]),
         "fcl_context_last_error": (ctypes.c_char_p, [ptr]),
         "fcl_status_string": (ctypes.c_char_p, [ctypes.c_int]),
         "fcl_version_string": (ctypes.c_char_p, []),
@@ -133,4 +185,11 @@ def opencl():
                                   ctypes.POINTER(uint)]
     for fn in (cl.clGetPlatformInfo, cl.clGetDeviceInfo):
         fn.argtypes = [ptr, uint, ctypes.c_size_t, ptr, ctypes.POINTER(ctypes.c_size_t)]
+    cl.clCreateBuffer.restype = ptr
+    cl.clCreateBuffer.argtypes = [ptr, ctypes.c_uint64, ctypes.c_size_t, ptr,
+                                  ctypes.POINTER(ctypes.c_int)]
+    cl.clEnqueueReadBuffer.argtypes = [ptr, ptr, uint, ctypes.c_size_t, ctypes.c_size_t, ptr,
+                                       uint, ctypes.POINTER(ptr), ctypes.POINTER(ptr)]
+    for fn in (cl.clReleaseMemObject, cl.clReleaseEvent):
+        fn.argtypes = [ptr]
     return cl

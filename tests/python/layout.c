@@ -52,6 +52,21 @@ int main(void)
     FIELD(fcl_attention_host_io, v_scales);
     FIELD(fcl_attention_host_io, leftpad_kv);
     SIZE(fcl_attention_host_io);
+    printf(", \"DeviceInfo\": {");
+    FIELD(fcl_device_info, type);
+    FIELD(fcl_device_info, local_mem_is_global);
+    FIELD(fcl_device_info, kernel_work_group_size);
+    FIELD(fcl_device_info, attention_rows_per_item);
+    FIELD(fcl_device_info, attention_tiles);
+    FIELD(fcl_device_info, tuning);
+    FIELD(fcl_device_info, local_mem_reserved);
+    FIELD(fcl_device_info, attention_mma_because);
+    FIELD(fcl_device_info, softmax_nv_cols);
+    SIZE(fcl_device_info);
+    printf(", \"AttentionTile\": {");
+    FIELD(struct fcl_attention_tile, local_mem_size);
+    FIELD(struct fcl_attention_tile, rows_because);
+    SIZE(struct fcl_attention_tile);
     printf("}\n");
     return 0;
 }

@@ -408,3 +408,50 @@ def test_devices(rng):
         return
     names = [dev.name.strip() for p in cl.get_platforms() for dev in p.get_devices()]
     assert sorted(names) == sorted(d["name"] for d in found)
+
+
+def test_probe():
+    """flashcl.probe(): the device's fcl_device_info, read through the mirrored struct (each
+    bucket's head dims and the device's name land where flashcl.h puts them)."""
+    info = flashcl.probe(os.environ.get("FLASHCL_DEVICE"))
+    names = [d["name"] for d in flashcl.devices()]
+    assert info["name"].strip() in [n.strip() for n in names]
+    assert [t["max_head_dim"] for t in info["attention_tiles"]] == [64, 128, 256, 576]
+    assert info["compute_units"] >= 1 and info["max_work_group_size"] >= 1
+    assert info["tuning"] and info["opencl_c_version"].startswith("OpenCL C")
+    with pytest.raises(flashcl.Error):
+        flashcl.probe("no such device")
+
+
+def test_attention_merge(rng):
+    """Attention over keys split three ways (one part empty: lse -inf) merged by
+    attention_merge equals attention over all of them (float64 reference)."""
+    q, k, v = (tensors(rng, (2, 5, 4, 64), np.float32) if i == 0 else
+               tensors(rng, (2, 23, 2, 64), np.float32) for i in range(3))
+    outs, lses = [], []
+    for keys in (slice(0, 7), slice(7, 7), slice(7, 23)):
+        out, lse, _ = flashcl.flash_attn_func(q, k[:, keys], v[:, keys], return_attn_probs=True)
+        outs.append(out)
+        lses.append(np.ascontiguousarray(lse.transpose(0, 2, 1)))  # as out's rows
+    out, lse = flashcl.attention_merge(outs, lses)
+    for b in range(2):
+        want, want_lse = reference(q[b], k[b], v[b])
+        assert_close(out[b], want, np.float32, f"sequence {b}")
+        assert_lse(lse[b].T, want_lse)
+    with pytest.raises(ValueError, match="every out must have shape"):
+        flashcl.attention_merge(outs, lses[:2] + [lses[2][:1]])
+    with pytest.raises(TypeError, match="float32"):
+        flashcl.attention_merge([o.astype(np.float16) for o in outs], lses)
+
+
+def test_attention_merge_pyopencl(rng, queue):
+    """The same merge of PyOpenCL arrays, on their queue: equal to the numpy merge."""
+    import pyopencl.array as cla
+    outs = [tensors(rng, (3, 6, 32), np.float32) for _ in range(2)]
+    lses = [tensors(rng, (3, 6), np.float32) for _ in range(2)]
+    lses[1][0, 0] = -np.inf
+    out, lse = flashcl.attention_merge([cla.to_device(queue, a) for a in outs],
+                                       [cla.to_device(queue, a) for a in lses])
+    want, want_lse = flashcl.attention_merge(outs, lses)
+    assert isinstance(out, cla.Array) and out.queue is queue
+    assert np.array_equal(out.get(), want) and np.array_equal(lse.get(), want_lse)
