@@ -302,14 +302,17 @@ def _enqueue(ctx, run, desc, io, inputs, outputs):
         a.add_event(event)
 
 
-def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap):
+def _common(desc, bufs, q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
+            coded=False):
+    """What every attention call sets alike; coded: k and v are a coded cache's bytes (its
+    format set by the caller; head dims then q's)."""
     if dropout_p != 0.0:
         raise ValueError("flashcl: dropout_p must be 0 (flashcl is for inference)")
     if k.dtype != v.dtype:
         raise TypeError(f"flashcl: k and v must have one dtype, not {k.dtype} and {v.dtype}")
     desc.dtype_q = desc.dtype_o = _dtype_code(q.dtype)
-    desc.dtype_kv = _dtype_code(k.dtype)
-    desc.head_dim, desc.head_dim_v = q.shape[-1], v.shape[-1]
+    desc.dtype_kv = desc.dtype_q if coded else _dtype_code(k.dtype)
+    desc.head_dim, desc.head_dim_v = q.shape[-1], q.shape[-1] if coded else v.shape[-1]
     desc.heads_q, desc.heads_kv = q.shape[-2], k.shape[-2]
     desc.scale = _scale(1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale)
     desc.causal = _lib.CAUSAL_BOTTOM_RIGHT if causal else 0
@@ -455,12 +458,77 @@ def _leftpad(cache_leftpad, starts, rows_chosen):
     return pads
 
 
+def _coded_format(cache_format, dim, k_cache, v_cache):
+    """The format value of a coded cache (cl/kv_formats.h's name), whose k_cache and v_cache
+    are uint8 arrays with a row of head dim dim in that format on the last axis."""
+    coded = [n for n in _lib.KV_FORMATS if n not in ("f32", "f16", "bf16")]
+    if cache_format not in coded:
+        raise ValueError(f"flashcl: cache_format must be one of {', '.join(coded)}, "
+                         f"not {cache_format!r}")
+    value, elems, nbytes = _lib.KV_FORMATS[cache_format]
+    if dim % elems:
+        raise ValueError(f"flashcl: {cache_format} takes head dims in multiples of {elems}, "
+                         f"not {dim}")
+    row = dim // elems * nbytes
+    for name, c in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if c.dtype != np.uint8 or c.shape[3] != row or not _in_place(c):
+            raise ValueError(f"flashcl: a {cache_format} {name} holds uint8 rows of {row} bytes "
+                             f"(head dim {dim}) on its contiguous last axis, not {c.dtype} "
+                             f"{c.shape}")
+    return value
+
+
+def _cache_scale(name, scale, cache):
+    """(mode, factor, a TOKEN array) of k_scale or v_scale: None (values as decoded), a float
+    (one factor), or float32 of the cache's (rows or pages, tokens, heads_k): a scale a row,
+    written with the new tokens (fp8 and int8)."""
+    if scale is None:
+        return _lib.KV_SCALE_NONE, 0.0, None
+    if np.ndim(scale) == 0:
+        return _lib.KV_SCALE_TENSOR, float(scale), None
+    a = np.asarray(scale)
+    if a.dtype != np.float32 or a.shape != cache.shape[:3] or not a.flags.writeable:
+        raise ValueError(f"flashcl: {name} must be a float or a writeable float32 array of the "
+                         f"cache's shape {cache.shape[:3]} (a scale a row), not {a.dtype} "
+                         f"{a.shape}")
+    return _lib.KV_SCALE_TOKEN, 0.0, a
+
+
+def _scales_view(a):
+    """The fcl_tensor_view of a TOKEN scales array (rows or pages, tokens, heads_k)."""
+    return _view(a, (0, 1, 2))
+
+
+def _write_coded(context, fmt, scales, k, v, k_cache, v_cache, places):
+    """New k and v encoded into a coded cache in place by fcl_kv_write_host, at the places'
+    slots (page * page_size + slot); TOKEN scales written beside them."""
+    batch, new, heads, dim = k.shape
+    k_in, v_in = np.ascontiguousarray(k), np.ascontiguousarray(v)
+    slots = np.concatenate([pg * k_cache.shape[1] + sl for pg, sl in places]).astype(np.int32)
+    d = _lib.KvWriteDesc(tokens=batch * new, heads_kv=heads, head_dim=dim, head_dim_v=dim,
+                         dtype_in=_dtype_code(k_in.dtype), page_size=k_cache.shape[1],
+                         num_pages=k_cache.shape[0], format_k=fmt, format_v=fmt,
+                         layout=_lib.LAYOUT_BLHD)
+    d.k_view, d.v_view = _view(k_cache, (0, 1, 2)), _view(v_cache, (0, 1, 2))
+    (d.scale_mode_k, d.k_scale, ks), (d.scale_mode_v, d.v_scale, vs) = scales
+    if ks is not None:
+        d.k_scales_view = _scales_view(ks)
+    if vs is not None:
+        d.v_scales_view = _scales_view(vs)
+    io = _lib.KvWriteHostIO(k_in=_pointer(k_in), v_in=_pointer(v_in), slots=_pointer(slots),
+                            k=_pointer(k_cache), v=_pointer(v_cache), k_scales=_pointer(ks),
+                            v_scales=_pointer(vs))
+    ctx = context or default_context()
+    ctx._check(lib.fcl_kv_write_host(ctx._handle, ctypes.byref(d), ctypes.byref(io)))
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None,
                             rotary_sin=None, cache_seqlens=None, cache_batch_idx=None,
                             cache_leftpad=None, block_table=None, softmax_scale=None,
                             causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0,
-                            return_softmax_lse=False, *, sinks=None, context=None):
+                            return_softmax_lse=False, *, sinks=None, cache_format=None,
+                            k_scale=None, v_scale=None, context=None):
     """Attention of q over a K/V cache, after appending new keys and values to it in place,
     as FlashAttention-2's function (decoding).
 
@@ -475,6 +543,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     keys start at row cache_leftpad[b] <= cache_seqlens[b] (left-padded batches); the rows
     before are hidden and positions count from it.
     num_splits: 0 lets flashcl choose, 1 never splits the keys, N splits them N ways.
+    Beyond FlashAttention: cache_format, a quantized cache ("q8_0", "q4_0", "q4_1", "q5_0",
+    "q5_1", "iq4_nl", "fp8_e4m3", "fp8_e5m2", "int8"): k_cache and v_cache are then uint8
+    with a row's bytes on the last axis (headdim / 32 ggml blocks, or headdim bytes), new k
+    and v are encoded into them (as ggml's and the contract's quantizers do), and k_scale /
+    v_scale are None (values as decoded), a float (one factor) or float32 of the cache's
+    first three axes (a scale a row, written with new tokens: fp8 and int8).
     Rotary embeddings are not implemented yet (ValueError). Returns out
     (batch, seqlen_q, nheads, headdim) of q's type; with return_softmax_lse, (out, lse
     (batch, nheads, seqlen_q) float32)."""
@@ -489,6 +563,12 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k_cache.ndim != 4 or v_cache.ndim != 4 or k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(f"flashcl: k_cache and v_cache must be 4-dimensional of one length and "
                          f"heads, not {k_cache.shape} and {v_cache.shape}")
+    fmt, scales = None, None
+    if cache_format is not None:
+        fmt = _coded_format(cache_format, q.shape[-1], k_cache, v_cache)
+        scales = (_cache_scale("k_scale", k_scale, k_cache), _cache_scale("v_scale", v_scale, v_cache))
+    elif k_scale is not None or v_scale is not None:
+        raise ValueError("flashcl: k_scale and v_scale come with a cache_format")
     batch = q.shape[0]
     table = None
     if block_table is not None:
@@ -515,9 +595,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if k is not None:
         k, v = np.asarray(k), np.asarray(v)
         new = k.shape[1]
+        dims = (q.shape[3], q.shape[3]) if fmt else (k_cache.shape[3], v_cache.shape[3])
         want = (batch, new, k_cache.shape[2])
-        if k.shape != want + (k_cache.shape[3],) or v.shape != want + (v_cache.shape[3],):
-            raise ValueError(f"flashcl: k and v must have shape {want + (k_cache.shape[3],)}, "
+        if k.shape != want + dims[:1] or v.shape != want + dims[1:]:
+            raise ValueError(f"flashcl: k and v must have shape {want + dims[:1]}, "
                              f"not {k.shape} and {v.shape}")
         places = _cache_places(k_cache, table, rows, starts, new)  # checked before any write
     lengths = (starts + new).astype(np.int32)
@@ -525,20 +606,31 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         raise ValueError(f"flashcl: cache_seqlens + new tokens exceed the cache's {capacity}")
     if new and not (k_cache.flags.writeable and v_cache.flags.writeable):
         raise ValueError("flashcl: k_cache and v_cache must be writeable to append k and v")
-    for b in range(batch if new else 0):
+    if new and fmt:
+        _write_coded(context, fmt, scales, k, v, k_cache, v_cache, places)
+    for b in range(batch if new and not fmt else 0):
         page, slot = places[b]
         k_cache[page, slot], v_cache[page, slot] = k[b], v[b]
-    k_cache, v_cache = _strided(k_cache, "k_cache", 4), _strided(v_cache, "v_cache", 4)
+    if not fmt:
+        k_cache, v_cache = _strided(k_cache, "k_cache", 4), _strided(v_cache, "v_cache", 4)
     desc, bufs = _lib.AttentionDesc(), {}
-    _common(desc, bufs, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap)
+    _common(desc, bufs, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap,
+            coded=fmt is not None)
     if q.size == 0:
-        out, lse = _no_keys(q.shape[:3] + (v_cache.shape[3],),
+        out, lse = _no_keys(q.shape[:3] + (desc.head_dim_v,),
                             (q.shape[0], q.shape[2], q.shape[1]), q.dtype, sinks, 1)
         return (out, lse) if return_softmax_lse else out
     desc.batch, desc.len_q, desc.len_kv = batch, q.shape[1], max(capacity, 1)
     desc.kv_splits = int(num_splits)
     desc.q_view = _view(q, (0, 1, 2))
     desc.k_view, desc.v_view = _view(k_cache, (0, 1, 2)), _view(v_cache, (0, 1, 2))
+    if fmt:
+        desc.format_k = desc.format_v = fmt
+        (desc.scale_mode_k, desc.k_scale, ks), (desc.scale_mode_v, desc.v_scale, vs) = scales
+        for name, a in (("k_scales", ks), ("v_scales", vs)):
+            if a is not None:
+                setattr(desc, name + "_view", _scales_view(a))
+                bufs[name] = a
     if table is None and cache_batch_idx is not None:
         table = rows.reshape(batch, 1)  # each sequence's cache row as its one page
     if table is not None:
@@ -550,7 +642,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if pads is not None:
         bufs["leftpad_kv"] = pads
     _floats(bufs, "sinks", sinks, ((q.shape[2],),))
-    out, lse = _run_attention(context, desc, bufs, q.shape[:3] + (v_cache.shape[3],),
+    out, lse = _run_attention(context, desc, bufs, q.shape[:3] + (desc.head_dim_v,),
                               (q.shape[0], q.shape[2], q.shape[1]), return_softmax_lse)
     return (out, lse) if return_softmax_lse else out
 

@@ -107,6 +107,22 @@ def as_dict(s):
     return {name: value(getattr(s, name)) for name, _ in s._fields_}
 
 
+class KvWriteDesc(ctypes.Structure):
+    _fields_ = [("tokens", _size), ("heads_kv", _size), ("head_dim", _size),
+                ("head_dim_v", _size), ("dtype_in", _enum), ("k_in_view", TensorView),
+                ("v_in_view", TensorView), ("page_size", _size), ("num_pages", _size),
+                ("format_k", _enum), ("format_v", _enum), ("scale_mode_k", _enum),
+                ("scale_mode_v", _enum), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+                ("k_scales_batch_stride", _size), ("v_scales_batch_stride", _size),
+                ("k_view", TensorView), ("v_view", TensorView), ("k_scales_view", TensorView),
+                ("v_scales_view", TensorView), ("layout", _enum)]
+
+
+class KvWriteHostIO(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("k_in", "v_in", "slots", "k", "v", "k_scales", "v_scales")]
+
+
 class AttentionIO(ctypes.Structure):  # cl_mem handles
     _fields_ = [(name, ctypes.c_void_p) for name, _ in AttentionHostIO._fields_]
 
@@ -122,6 +138,12 @@ CAUSAL_BOTTOM_RIGHT = 2
 MASK_ADD_F32, MASK_BOOL_U8 = 1, 2
 LAYOUT_BLHD = 1
 WINDOW_UNBOUNDED = ctypes.c_size_t(-1).value
+KV_SCALE_NONE, KV_SCALE_TENSOR, KV_SCALE_TOKEN = 0, 1, 3
+# cl/kv_formats.h's K/V formats: name -> (value, elements a block, bytes a block)
+KV_FORMATS = {"f32": (1, 1, 4), "f16": (2, 1, 2), "bf16": (3, 1, 2), "q8_0": (4, 32, 34),
+              "q4_0": (5, 32, 18), "q4_1": (6, 32, 20), "q5_0": (7, 32, 22), "q5_1": (8, 32, 24),
+              "iq4_nl": (9, 32, 18), "fp8_e4m3": (10, 1, 1), "fp8_e5m2": (11, 1, 1),
+              "int8": (12, 1, 1)}
 
 
 def _find_library():
@@ -148,6 +170,8 @@ def _declare(lib):
                                                       ctypes.POINTER(ptr)]),
         "fcl_context_destroy": (None, [ptr]),
         "fcl_context_device_info": (ctypes.c_int, [ptr, ctypes.POINTER(DeviceInfo)]),
+        "fcl_kv_write_host": (ctypes.c_int, [ptr, ctypes.POINTER(KvWriteDesc),
+                                             ctypes.POINTER(KvWriteHostIO)]),
         "fcl_context_get_cl": (ctypes.c_int, [ptr, ctypes.POINTER(ptr), ctypes.POINTER(ptr),
                                               ctypes.POINTER(ptr)]),
         "fcl_attention_merge": (ctypes.c_int, [ptr, _size, _size, _size, ctypes.POINTER(ptr),

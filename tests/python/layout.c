@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "kv_formats.h"
+
 #define FIELD(type, field) printf("\"%s\": %zu, ", #field, offsetof(type, field))
 #define SIZE(type) printf("\"sizeof\": %zu}", sizeof(type))
 
@@ -67,6 +69,13 @@ int main(void)
     FIELD(struct fcl_attention_tile, local_mem_size);
     FIELD(struct fcl_attention_tile, rows_because);
     SIZE(struct fcl_attention_tile);
+    /* ... and the K/V formats' table (cl/kv_formats.h): name -> [value, elements, bytes] */
+#define FORMAT(NAME, name, value, dtype, elems, bytes, roles)                                  \
+    printf("%s\"%s\": [%d, %d, %d]", value == 1 ? "" : ", ", #name, value, elems, bytes);
+    printf(", \"KV_FORMATS\": {");
+    FCL_KV_FORMATS(FORMAT)
+    printf("}");
+#undef FORMAT
     printf("}\n");
     return 0;
 }

@@ -455,3 +455,51 @@ def test_attention_merge_pyopencl(rng, queue):
     want, want_lse = flashcl.attention_merge(outs, lses)
     assert isinstance(out, cla.Array) and out.queue is queue
     assert np.array_equal(out.get(), want) and np.array_equal(lse.get(), want_lse)
+
+
+def decode_cache(cache, fmt, scales):
+    """A q8_0 or int8 cache's values in float64, as the contract decodes them."""
+    if fmt == "q8_0":
+        blocks = cache.reshape(cache.shape[:3] + (-1, 34))
+        d = blocks[..., :2].copy().view(np.float16).astype(np.float64)
+        return (d * blocks[..., 2:].view(np.int8)).reshape(cache.shape[:3] + (-1,))
+    return cache.view(np.int8) * scales.astype(np.float64)[..., None]
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "int8"])
+def test_kvcache_quantized(rng, fmt):
+    """A quantized cache (random bytes; int8 with a scale a row): new tokens encoded into it in
+    place (within half a step of their values), attention against the float64 reference over
+    the decoded cache."""
+    batch, h, hk, d, new, cap = 2, 4, 2, 64, 2, 24
+    lens, idx = np.array([7, 15], np.int32), np.array([2, 0], np.int32)
+    row = d // 32 * 34 if fmt == "q8_0" else d
+    k_cache, v_cache = (rng.integers(0, 256, (batch + 1, cap, hk, row), dtype=np.uint8)
+                        for _ in range(2))
+    scales = [None, None]
+    for i, c in enumerate((k_cache, v_cache)):
+        if fmt == "q8_0":  # block factors of 1/256 to 1/16
+            blocks = c.reshape(batch + 1, cap, hk, -1, 34)
+            d16 = rng.uniform(1 / 256, 1 / 16, blocks.shape[:4] + (1,)).astype(np.float16)
+            blocks[..., :2] = d16.view(np.uint8)
+        else:
+            scales[i] = rng.uniform(0.005, 0.02, (batch + 1, cap, hk)).astype(np.float32)
+    q = tensors(rng, (batch, new, h, d), np.float32)
+    k_new, v_new = tensors(rng, (batch, new, hk, d), np.float32), tensors(rng, (batch, new, hk, d), np.float32)
+    out = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
+                                          cache_batch_idx=idx, causal=True, cache_format=fmt,
+                                          k_scale=scales[0], v_scale=scales[1])
+    kd, vd = decode_cache(k_cache, fmt, scales[0]), decode_cache(v_cache, fmt, scales[1])
+    for b in range(batch):
+        n = lens[b] + new
+        for got, x in ((kd[idx[b], lens[b]:n], k_new[b]), (vd[idx[b], lens[b]:n], v_new[b])):
+            step = np.abs(x).max(axis=-1, keepdims=True) / 127
+            assert np.all(np.abs(got - x) <= 0.6 * step), f"{fmt} sequence {b}: encoded rows"
+        want = reference(q[b], kd[idx[b], :n], vd[idx[b], :n], causal=True)[0]
+        assert_close(out[b], want, np.float32, f"{fmt} sequence {b}")
+    with pytest.raises(ValueError, match="cache_format must be one of"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, cache_format="q9")
+    with pytest.raises(ValueError, match="uint8 rows of"):
+        flashcl.flash_attn_with_kvcache(q[..., :32], k_cache, v_cache, cache_format=fmt)
+    with pytest.raises(ValueError, match="come with a cache_format"):
+        flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_scale=1.0)

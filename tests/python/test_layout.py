@@ -11,6 +11,8 @@ from flashcl import _lib
 def test_structs_match_the_header():
     layout = json.loads(subprocess.run([os.environ["FLASHCL_LAYOUT"]], check=True,
                                        capture_output=True, text=True).stdout)
+    formats = {name: tuple(v) for name, v in layout.pop("KV_FORMATS").items()}
+    assert formats == _lib.KV_FORMATS
     fields = {"in_": "in"}
     for struct, want in layout.items():
         cls = getattr(_lib, struct)
