@@ -486,11 +486,14 @@ def _cache_scale(name, scale, cache):
         return _lib.KV_SCALE_NONE, 0.0, None
     if np.ndim(scale) == 0:
         return _lib.KV_SCALE_TENSOR, float(scale), None
-    a = np.asarray(scale)
-    if a.dtype != np.float32 or a.shape != cache.shape[:3] or not a.flags.writeable:
-        raise ValueError(f"flashcl: {name} must be a float or a writeable float32 array of the "
-                         f"cache's shape {cache.shape[:3]} (a scale a row), not {a.dtype} "
-                         f"{a.shape}")
+    a = scale if _on_device(scale) else np.asarray(scale)
+    if _on_device(scale) != _on_device(cache):
+        raise TypeError(f"flashcl: {name} must be a PyOpenCL array where the cache is one")
+    if a.dtype != np.float32 or tuple(a.shape) != tuple(cache.shape[:3]) or \
+            not getattr(a.flags, "writeable", True) or not a.flags.c_contiguous:
+        raise ValueError(f"flashcl: {name} must be a float or a writeable C-contiguous "
+                         f"float32 array of the cache's shape {tuple(cache.shape[:3])} (a scale "
+                         f"a row), not {a.dtype} {tuple(a.shape)}")
     return _lib.KV_SCALE_TOKEN, 0.0, a
 
 
@@ -499,26 +502,47 @@ def _scales_view(a):
     return _view(a, (0, 1, 2))
 
 
-def _write_coded(context, fmt, scales, k, v, k_cache, v_cache, places):
-    """New k and v encoded into a coded cache in place by fcl_kv_write_host, at the places'
-    slots (page * page_size + slot); TOKEN scales written beside them."""
+def _write_cache(context, fmt, scales, k, v, k_cache, v_cache, places):
+    """New k and v encoded into the cache in place by fcl_kv_write at the places' slots
+    (page * page_size + slot), TOKEN scales beside them: on the host for numpy caches,
+    enqueued on the caches' queue for PyOpenCL ones (whose events then carry the write)."""
     batch, new, heads, dim = k.shape
-    k_in, v_in = np.ascontiguousarray(k), np.ascontiguousarray(v)
     slots = np.concatenate([pg * k_cache.shape[1] + sl for pg, sl in places]).astype(np.int32)
+    device = _on_device(k_cache)
+    if device:
+        import pyopencl.array as cla
+        queue = k_cache.queue
+        k_in, v_in = (a if _on_device(a) else cla.to_device(queue, np.ascontiguousarray(a))
+                      for a in (k, v))
+        if not (k_in.flags.c_contiguous and v_in.flags.c_contiguous):
+            raise ValueError("flashcl: PyOpenCL k and v must be contiguous")
+        slots = cla.to_device(queue, slots)
+    else:
+        k_in, v_in = np.ascontiguousarray(k), np.ascontiguousarray(v)
     d = _lib.KvWriteDesc(tokens=batch * new, heads_kv=heads, head_dim=dim, head_dim_v=dim,
                          dtype_in=_dtype_code(k_in.dtype), page_size=k_cache.shape[1],
                          num_pages=k_cache.shape[0], format_k=fmt, format_v=fmt,
                          layout=_lib.LAYOUT_BLHD)
+    size = k_in.dtype.itemsize  # [tokens][heads][dim] from each one's offset
+    d.k_in_view = _lib.TensorView(getattr(k_in, "offset", 0) // size, 0, 0, 0)
+    d.v_in_view = _lib.TensorView(getattr(v_in, "offset", 0) // size, 0, 0, 0)
     d.k_view, d.v_view = _view(k_cache, (0, 1, 2)), _view(v_cache, (0, 1, 2))
     (d.scale_mode_k, d.k_scale, ks), (d.scale_mode_v, d.v_scale, vs) = scales
     if ks is not None:
         d.k_scales_view = _scales_view(ks)
     if vs is not None:
         d.v_scales_view = _scales_view(vs)
-    io = _lib.KvWriteHostIO(k_in=_pointer(k_in), v_in=_pointer(v_in), slots=_pointer(slots),
-                            k=_pointer(k_cache), v=_pointer(v_cache), k_scales=_pointer(ks),
-                            v_scales=_pointer(vs))
+    arrays = dict(k_in=k_in, v_in=v_in, slots=slots, k=k_cache, v=v_cache, k_scales=ks,
+                  v_scales=vs)
+    if device:
+        ctx = context or _queue_context(queue)
+        io = _lib.KvWriteIO(**{n: a.base_data.int_ptr for n, a in arrays.items() if a is not None})
+        written = [a for a in (k_cache, v_cache, ks, vs) if a is not None]
+        _enqueue(ctx, lib.fcl_kv_write, d, io, [a for a in arrays.values() if a is not None],
+                 written)
+        return
     ctx = context or default_context()
+    io = _lib.KvWriteHostIO(**{n: _pointer(a) for n, a in arrays.items()})
     ctx._check(lib.fcl_kv_write_host(ctx._handle, ctypes.byref(d), ctypes.byref(io)))
 
 
@@ -555,18 +579,21 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if rotary_cos is not None or rotary_sin is not None:
         raise ValueError("flashcl: rotary embeddings are not implemented (apply them to q and k "
                          "first)")
-    if any(_on_device(a) for a in (q, k_cache, v_cache, k, v)):
-        raise TypeError("flashcl: flash_attn_with_kvcache takes numpy arrays (PyOpenCL arrays: "
-                        "not yet)")
+    device = _on_device(q)
+    if any(_on_device(a) != device for a in (k_cache, v_cache)):
+        raise TypeError("flashcl: q, k_cache and v_cache must all be numpy arrays or all "
+                        "PyOpenCL arrays")
     q = _strided(q, "q", 4)
-    k_cache, v_cache = np.asarray(k_cache), np.asarray(v_cache)  # the caller's: appended to
+    if not device:  # the caller's: appended to
+        k_cache, v_cache = np.asarray(k_cache), np.asarray(v_cache)
     if k_cache.ndim != 4 or v_cache.ndim != 4 or k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(f"flashcl: k_cache and v_cache must be 4-dimensional of one length and "
                          f"heads, not {k_cache.shape} and {v_cache.shape}")
     fmt, scales = None, None
     if cache_format is not None:
         fmt = _coded_format(cache_format, q.shape[-1], k_cache, v_cache)
-        scales = (_cache_scale("k_scale", k_scale, k_cache), _cache_scale("v_scale", v_scale, v_cache))
+        scales = (_cache_scale("k_scale", k_scale, k_cache),
+                  _cache_scale("v_scale", v_scale, v_cache))
     elif k_scale is not None or v_scale is not None:
         raise ValueError("flashcl: k_scale and v_scale come with a cache_format")
     batch = q.shape[0]
@@ -593,7 +620,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if (k is None) != (v is None):
         raise ValueError("flashcl: k and v are given together or not at all")
     if k is not None:
-        k, v = np.asarray(k), np.asarray(v)
+        k, v = (a if _on_device(a) else np.asarray(a) for a in (k, v))
         new = k.shape[1]
         dims = (q.shape[3], q.shape[3]) if fmt else (k_cache.shape[3], v_cache.shape[3])
         want = (batch, new, k_cache.shape[2])
@@ -604,11 +631,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     lengths = (starts + new).astype(np.int32)
     if np.any(lengths > capacity):
         raise ValueError(f"flashcl: cache_seqlens + new tokens exceed the cache's {capacity}")
-    if new and not (k_cache.flags.writeable and v_cache.flags.writeable):
+    if new and not all(getattr(c.flags, "writeable", True) for c in (k_cache, v_cache)):
         raise ValueError("flashcl: k_cache and v_cache must be writeable to append k and v")
-    if new and fmt:
-        _write_coded(context, fmt, scales, k, v, k_cache, v_cache, places)
-    for b in range(batch if new and not fmt else 0):
+    if new and (fmt or device):  # (a float cache's format: its dtype's)
+        unscaled = ((_lib.KV_SCALE_NONE, 0.0, None),) * 2
+        _write_cache(context, fmt or _dtype_code(k_cache.dtype) + 1, scales or unscaled, k, v,
+                     k_cache, v_cache, places)
+    for b in range(batch if new and not (fmt or device) else 0):
         page, slot = places[b]
         k_cache[page, slot], v_cache[page, slot] = k[b], v[b]
     if not fmt:
@@ -617,6 +646,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     _common(desc, bufs, q, k_cache, v_cache, 0.0, softmax_scale, causal, window_size, softcap,
             coded=fmt is not None)
     if q.size == 0:
+        if device:
+            raise ValueError("flashcl: PyOpenCL arrays without queries")
         out, lse = _no_keys(q.shape[:3] + (desc.head_dim_v,),
                             (q.shape[0], q.shape[2], q.shape[1]), q.dtype, sinks, 1)
         return (out, lse) if return_softmax_lse else out

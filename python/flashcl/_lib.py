@@ -123,6 +123,11 @@ class KvWriteHostIO(ctypes.Structure):
                 ("k_in", "v_in", "slots", "k", "v", "k_scales", "v_scales")]
 
 
+class KvWriteIO(ctypes.Structure):  # cl_mem handles
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("k_in", "v_in", "slots", "k", "v", "k_scales", "v_scales")]
+
+
 class AttentionIO(ctypes.Structure):  # cl_mem handles
     _fields_ = [(name, ctypes.c_void_p) for name, _ in AttentionHostIO._fields_]
 
@@ -172,6 +177,9 @@ def _declare(lib):
         "fcl_context_device_info": (ctypes.c_int, [ptr, ctypes.POINTER(DeviceInfo)]),
         "fcl_kv_write_host": (ctypes.c_int, [ptr, ctypes.POINTER(KvWriteDesc),
                                              ctypes.POINTER(KvWriteHostIO)]),
+        "fcl_kv_write": (ctypes.c_int, [ptr, ctypes.POINTER(KvWriteDesc),
+                                        ctypes.POINTER(KvWriteIO), ctypes.c_uint,
+                                        ctypes.POINTER(ptr), ctypes.POINTER(ptr)]),
         "fcl_context_get_cl": (ctypes.c_int, [ptr, ctypes.POINTER(ptr), ctypes.POINTER(ptr),
                                               ctypes.POINTER(ptr)]),
         "fcl_attention_merge": (ctypes.c_int, [ptr, _size, _size, _size, ctypes.POINTER(ptr),

@@ -485,7 +485,7 @@ def test_kvcache_quantized(rng, fmt):
         else:
             scales[i] = rng.uniform(0.005, 0.02, (batch + 1, cap, hk)).astype(np.float32)
     q = tensors(rng, (batch, new, h, d), np.float32)
-    k_new, v_new = tensors(rng, (batch, new, hk, d), np.float32), tensors(rng, (batch, new, hk, d), np.float32)
+    k_new, v_new = (tensors(rng, (batch, new, hk, d), np.float32) for _ in range(2))
     out = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
                                           cache_batch_idx=idx, causal=True, cache_format=fmt,
                                           k_scale=scales[0], v_scale=scales[1])
@@ -503,3 +503,41 @@ def test_kvcache_quantized(rng, fmt):
         flashcl.flash_attn_with_kvcache(q[..., :32], k_cache, v_cache, cache_format=fmt)
     with pytest.raises(ValueError, match="come with a cache_format"):
         flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_scale=1.0)
+
+
+@pytest.mark.parametrize("fmt", [None, "q8_0", "int8"])
+def test_kvcache_pyopencl(rng, queue, fmt):
+    """flash_attn_with_kvcache on PyOpenCL caches (float32, q8_0 paged, int8 with a scale a
+    row): the new tokens written into the caller's device caches (fcl_kv_write on their
+    queue) and the output, both equal to the numpy call's on the same inputs."""
+    import pyopencl.array as cla
+    batch, h, hk, d, new = 2, 4, 2, 64, 3
+    lens = np.array([5, 11], np.int32)
+    row = {None: d, "q8_0": d // 32 * 34, "int8": d}[fmt]
+    if fmt is None:
+        k_cache, v_cache = (tensors(rng, (batch, 20, hk, d), np.float32) for _ in range(2))
+    else:
+        k_cache, v_cache = (rng.integers(0, 256, (6, 8, hk, row), dtype=np.uint8) for _ in range(2))
+        if fmt == "q8_0":
+            for c in (k_cache, v_cache):
+                blocks = c.reshape(6, 8, hk, -1, 34)
+                blocks[..., :2] = rng.uniform(0.01, 0.05, blocks.shape[:4] + (1,)).astype(
+                    np.float16).view(np.uint8)
+    table = None if fmt is None else np.array([[4, 1], [0, 5]], np.int32)
+    ks = rng.uniform(0.005, 0.02, (6, 8, hk)).astype(np.float32) if fmt == "int8" else None
+    q = tensors(rng, (batch, 1, h, d), np.float32)
+    k_new, v_new = (tensors(rng, (batch, new, hk, d), np.float32) for _ in range(2))
+    extra = dict(cache_format=fmt, k_scale=ks, v_scale=None if ks is None else ks.copy()) \
+        if fmt else {}
+    dev = [cla.to_device(queue, a) for a in (k_cache, v_cache)]
+    dev_scales = {n: cla.to_device(queue, a) for n, a in extra.items() if isinstance(a, np.ndarray)}
+    out = flashcl.flash_attn_with_kvcache(cla.to_device(queue, q), dev[0], dev[1], k_new, v_new,
+                                          cache_seqlens=lens, block_table=table, causal=True,
+                                          **{**extra, **dev_scales})
+    want = flashcl.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=lens,
+                                           block_table=table, causal=True, **extra)
+    assert isinstance(out, cla.Array)
+    assert np.array_equal(dev[0].get(), k_cache) and np.array_equal(dev[1].get(), v_cache)
+    for name, a in dev_scales.items():
+        assert np.array_equal(a.get(), extra[name]), name
+    assert np.array_equal(out.get(), want)
