@@ -225,12 +225,15 @@ def _floats(bufs, name, a, shapes):
 
 def _mask(desc, bufs, mask, shape):
     """A mask broadcastable to shape (batch, heads, q, k) into bufs, read in place: float32
-    (additive) or bool (as uint8); its strides, 0 where broadcast."""
+    or float16 (additive; ggml's masks are float16) or bool (as uint8); its strides, 0 where
+    broadcast."""
     if mask is None:
         return
     m = mask.get() if _on_device(mask) else np.asarray(mask)
     if m.dtype == np.bool_:
         m, desc.mask_type = m.view(np.uint8), _lib.MASK_BOOL_U8
+    elif m.dtype == np.float16:
+        desc.mask_type = _lib.MASK_ADD_F16
     else:
         m, desc.mask_type = m.astype(np.float32, copy=False), _lib.MASK_ADD_F32
     if m.ndim > 4 or any(n not in (1, want) for n, want in zip(m.shape[::-1], shape[::-1])) \

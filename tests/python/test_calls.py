@@ -374,16 +374,16 @@ def test_pyopencl_arrays(rng, queue):
 
 
 def test_masks(rng):
-    """Additive and boolean masks broadcast over heads (transformers' 4-D masks), with a
-    padded key and a fully masked row."""
+    """Additive (float32, and float16 as ggml's) and boolean masks broadcast over heads
+    (transformers' 4-D masks), with a padded key and a fully masked row."""
     q, k = tensors(rng, (2, 6, 4, 64), np.float32), tensors(rng, (2, 9, 2, 64), np.float32)
     allowed = rng.random((2, 1, 6, 9)) < 0.7
     allowed[0, 0, 3] = False  # a row that sees no key: 0
-    additive = np.where(allowed, rng.standard_normal(allowed.shape), -np.inf).astype(np.float32)
-    for mask in (allowed, additive):
+    additive = np.where(allowed, rng.standard_normal(allowed.shape), -np.inf).astype(np.float16)
+    for mask in (allowed, additive, additive.astype(np.float32)):
         out = flashcl.flash_attn_func(q, k, k, mask=mask)
         for b in range(2):
-            bias = np.where(allowed[b, 0], additive[b, 0] if mask is additive else 0, -np.inf)
+            bias = np.where(allowed[b, 0], additive[b, 0] if mask.dtype != bool else 0, -np.inf)
             assert_close(out[b], reference(q[b], k[b], k[b], bias=bias)[0], np.float32,
                          f"sequence {b}")
     with pytest.raises(ValueError, match="broadcast"):
@@ -541,3 +541,13 @@ def test_kvcache_pyopencl(rng, queue, fmt):
     for name, a in dev_scales.items():
         assert np.array_equal(a.get(), extra[name]), name
     assert np.array_equal(out.get(), want)
+
+
+def test_mla_head_sizes(rng):
+    """MLA's sizes (DeepSeek): q and k of 576, v the first 512 dims of k's rows (read in
+    place as a view), one kv head."""
+    q, k = tensors(rng, (1, 3, 4, 576), np.float32), tensors(rng, (1, 11, 1, 576), np.float32)
+    out = flashcl.flash_attn_func(q, k, k[..., :512], causal=True, softmax_scale=0.05)
+    want = reference(q[0], k[0], k[0, ..., :512], scale=0.05, causal=True)[0]
+    assert out.shape == (1, 3, 4, 512)
+    assert_close(out[0], want, np.float32, "MLA")
