@@ -57,7 +57,7 @@ __kernel void attention_merge_parts(__global const float *a_out, __global const 
         const float m = isnan(la) || isnan(lb) ? NAN : fmax(la, lb); /* fmax would drop a NaN */
         /* The weights e^(lse_s - m) / sum: -inf parts weigh 0; a NaN lse makes the row NaN. */
         const float wa = m == -INFINITY ? 0.0f : exp(la - m);
-        const float wb = m == -INFINITY ? 0.0f : exp(lb - m);
+        const float wb = !has_b || m == -INFINITY ? 0.0f : exp(lb - m); /* (no b: never read) */
         const float total = wa + wb;
         const float inv = total > 0.0f ? 1.0f / total : (isnan(total) ? NAN : 0.0f);
         barrier(CLK_GLOBAL_MEM_FENCE); /* every work-item read lse before work-item 0 writes it */

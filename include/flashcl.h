@@ -47,7 +47,8 @@ extern "C" {
     X(FCL_ERROR_BUILD_FAILED, -4, "kernel build failed")                                    \
     X(FCL_ERROR_OUT_OF_RESOURCES, -5, "out of device resources")                            \
     X(FCL_ERROR_OUT_OF_HOST_MEMORY, -6, "out of host memory")                               \
-    X(FCL_ERROR_OPENCL, -7, "OpenCL error")
+    X(FCL_ERROR_OPENCL, -7, "OpenCL error")                                                 \
+    X(FCL_ERROR_COMMUNICATION, -8, "communication failed") /* flashcl_mpi: an MPI call */
 
 typedef enum fcl_status {
 #define FCL_STATUS_ENUM_ENTRY(name, value, text) name = (value),

@@ -1,0 +1,232 @@
+/* flashcl_mpi: sharded-KV attention over an MPI communicator (flashcl_mpi.h). Each rank runs
+ * flashcl's attention on its shard with lse, the float32 partials are gathered through the
+ * host, and fcl_attention_merge combines them (docs/ALGORITHMS.md: merging (m, d) states). */
+#include "flashcl_mpi.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char last_error[512];
+
+const char *fcl_mpi_last_error(void) { return last_error; }
+
+static fcl_status fail(fcl_status s, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* A failed flashcl call: its status with the context's sentence. */
+static fcl_status failed_call(fcl_context *ctx, fcl_status s, const char *what)
+{
+    return fail(s, "%s: %s", what, fcl_context_last_error(ctx));
+}
+
+/* What this rank's arguments must satisfy before any communication. */
+static fcl_status check_local(fcl_context *ctx, const fcl_attention_desc *d,
+                              const fcl_attention_io *io)
+{
+    static const fcl_tensor_view zero;
+    if (!ctx || !d || !io)
+        return fail(FCL_ERROR_INVALID_ARGUMENT, "the context, descriptor or io is NULL");
+    if (!io->out)
+        return fail(FCL_ERROR_INVALID_ARGUMENT, "io->out is NULL");
+    if (d->dtype_o != FCL_DTYPE_F32 || d->layout != FCL_LAYOUT_BHLD ||
+        memcmp(&d->o_view, &zero, sizeof zero) != 0)
+        return fail(FCL_ERROR_UNSUPPORTED,
+                    "fcl_mpi_attention_sharded writes float32 out in FCL_LAYOUT_BHLD's default "
+                    "strides (dtype_o %d, layout %d, o_view set: %d)",
+                    (int)d->dtype_o, (int)d->layout, memcmp(&d->o_view, &zero, sizeof zero) != 0);
+    const char *global = d->mask_type != FCL_MASK_NONE ? "a mask"
+                         : d->window                   ? "a window"
+                         : io->alibi_slopes            ? "ALiBi"
+                         : io->cu_seqlens_q            ? "packed queries (cu_seqlens_q)"
+                         : d->causal == FCL_CAUSAL_TOP_LEFT ||
+                                 (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && d->len_q != 1)
+                             ? "causality over several queries"
+                             : NULL;
+    if (global)
+        return fail(FCL_ERROR_UNSUPPORTED,
+                    "%s needs the keys' global positions, which sharded attention does not take "
+                    "yet",
+                    global);
+    return FCL_SUCCESS;
+}
+
+/* Every rank's status, agreed: each rank's own where it failed, else FCL_ERROR_INVALID_ARGUMENT
+ * naming the lowest failed rank; success where none failed. */
+static fcl_status agree(MPI_Comm comm, fcl_status mine, const char *stage)
+{
+    int rank, size, first;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    const int me = mine != FCL_SUCCESS ? rank : size;
+    if (MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+        return fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' status %s failed", stage);
+    if (mine != FCL_SUCCESS || first == size)
+        return mine;
+    return fail(FCL_ERROR_INVALID_ARGUMENT, "rank %d failed %s", first, stage);
+}
+
+/* The ranks agree on the shapes of the queries and the output (the keys are each rank's). */
+static fcl_status agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
+{
+    static const char *names[] = {"batch", "heads_q", "len_q", "head_dim", "head_dim_v", "dtype_q"};
+    const long mine[6] = {(long)d->batch,    (long)d->heads_q, (long)d->len_q,
+                          (long)d->head_dim, (long)(d->head_dim_v ? d->head_dim_v : d->head_dim),
+                          (long)d->dtype_q};
+    long lo[6], hi[6];
+    if (MPI_Allreduce(mine, lo, 6, MPI_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
+        MPI_Allreduce(mine, hi, 6, MPI_LONG, MPI_MAX, comm) != MPI_SUCCESS)
+        return fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' shapes failed");
+    for (int i = 0; i < 6; i++)
+        if (lo[i] != hi[i])
+            return fail(FCL_ERROR_INVALID_ARGUMENT, "the ranks disagree on %s (from %ld to %ld)",
+                        names[i], lo[i], hi[i]);
+    return FCL_SUCCESS;
+}
+
+/* This rank's partial (out rows, then lse) into host[0 .. rows * (dim + 1)): attention over
+ * its shard with lse, sinks on rank 0 only (they count once in the merge). */
+static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
+                                const fcl_attention_io *io, int rank, size_t rows, size_t dim,
+                                float *host)
+{
+    cl_context cl;
+    cl_command_queue queue;
+    cl_int err = CL_SUCCESS;
+    cl_event done = NULL;
+    fcl_status s = fcl_context_get_cl(ctx, &cl, NULL, &queue);
+    if (s != FCL_SUCCESS)
+        return failed_call(ctx, s, "fcl_context_get_cl");
+    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * dim * sizeof(float), NULL, &err);
+    cl_mem lse = err == CL_SUCCESS
+                     ? clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err)
+                     : NULL;
+    if (err != CL_SUCCESS) {
+        s = fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
+        goto release;
+    }
+    fcl_attention_io local = *io;
+    local.out = out, local.lse = lse;
+    if (rank != 0)
+        local.sinks = NULL;
+    s = fcl_attention_run(ctx, d, &local, 0, NULL, &done);
+    if (s != FCL_SUCCESS) {
+        s = failed_call(ctx, s, "this rank's attention");
+        goto release;
+    }
+    err = clEnqueueReadBuffer(queue, out, CL_TRUE, 0, rows * dim * sizeof(float), host, 1, &done,
+                              NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(queue, lse, CL_TRUE, 0, rows * sizeof(float), host + rows * dim,
+                                  1, &done, NULL);
+    if (err != CL_SUCCESS)
+        s = fail(FCL_ERROR_OPENCL, "reading this rank's partial results (%d)", (int)err);
+release:
+    if (done)
+        clReleaseEvent(done);
+    if (out)
+        clReleaseMemObject(out);
+    if (lse)
+        clReleaseMemObject(lse);
+    return s;
+}
+
+/* The n gathered partials (each rows * (dim + 1) floats) merged into out and lse. */
+static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size_t rows,
+                                 size_t dim, cl_mem out, cl_mem lse)
+{
+    cl_context cl;
+    cl_command_queue queue;
+    cl_int err = CL_SUCCESS;
+    cl_event done = NULL;
+    fcl_status s = fcl_context_get_cl(ctx, &cl, NULL, &queue);
+    if (s != FCL_SUCCESS)
+        return failed_call(ctx, s, "fcl_context_get_cl");
+    cl_mem *parts = calloc(2 * (size_t)n, sizeof(cl_mem));
+    if (!parts)
+        return fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d parts", n);
+    const size_t count = rows * (dim + 1);
+    for (int p = 0; p < n && err == CL_SUCCESS; p++) {
+        float *part = (float *)all + (size_t)p * count;
+        parts[p] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                  rows * dim * sizeof(float), part, &err);
+        if (err == CL_SUCCESS)
+            parts[n + p] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                          rows * sizeof(float), part + rows * dim, &err);
+    }
+    if (err != CL_SUCCESS) {
+        s = fail(FCL_ERROR_OUT_OF_RESOURCES, "copying the partial results to the device (%d)",
+                 (int)err);
+        goto release;
+    }
+    s = fcl_attention_merge(ctx, (size_t)n, rows, dim, parts, parts + n, out, lse, 0, NULL, &done);
+    if (s != FCL_SUCCESS) {
+        s = failed_call(ctx, s, "merging the partial results");
+        goto release;
+    }
+    err = clWaitForEvents(1, &done);
+    if (err != CL_SUCCESS)
+        s = fail(FCL_ERROR_OPENCL, "merging the partial results (%d)", (int)err);
+release:
+    if (done)
+        clReleaseEvent(done);
+    for (int p = 0; p < 2 * n; p++)
+        if (parts[p])
+            clReleaseMemObject(parts[p]);
+    free(parts);
+    return s;
+}
+
+/* The call on comm, whose MPI failures return (a duplicate with MPI_ERRORS_RETURN: the
+ * caller's communicator keeps its own handler). */
+static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
+                          const fcl_attention_io *io)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    fcl_status s = agree(comm, check_local(ctx, d, io), "validation");
+    if (s == FCL_SUCCESS)
+        s = agree_shapes(comm, d);
+    if (s != FCL_SUCCESS)
+        return s;
+    const size_t dim = d->head_dim_v ? d->head_dim_v : d->head_dim;
+    const size_t rows = d->batch * d->heads_q * d->len_q, count = rows * (dim + 1);
+    if (count > INT_MAX) /* (the same on every rank) */
+        return fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message", rows,
+                    dim + 1);
+    float *mine = malloc(count * sizeof(float));
+    float *all = malloc(count * (size_t)size * sizeof(float));
+    s = mine && all ? local_partial(ctx, d, io, rank, rows, dim, mine)
+                    : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
+    s = agree(comm, s, "its attention");
+    if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
+                                          comm) != MPI_SUCCESS)
+        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
+    if (s == FCL_SUCCESS)
+        s = merge_partials(ctx, all, size, rows, dim, io->out, io->lse);
+    free(mine);
+    free(all);
+    return s;
+}
+
+fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
+                                     const fcl_attention_io *io)
+{
+    MPI_Comm own;
+    last_error[0] = '\0';
+    if (comm == MPI_COMM_NULL || MPI_Comm_dup(comm, &own) != MPI_SUCCESS)
+        return fail(FCL_ERROR_INVALID_ARGUMENT, "comm is not a valid communicator");
+    MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN);
+    const fcl_status s = sharded(ctx, own, d, io);
+    MPI_Comm_free(&own);
+    return s;
+}

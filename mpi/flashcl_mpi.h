@@ -1,0 +1,48 @@
+/*
+ * flashcl_mpi: attention over keys spread across the ranks of an MPI communicator, exact
+ * through fcl_attention_merge. A companion library of flashcl, built only where CMake finds
+ * MPI; the core library has no MPI dependency.
+ *
+ * Every call is collective over its communicator: each rank calls it with its own part of
+ * the keys and the same shapes. The calls validate before they communicate and agree on the
+ * outcome first, so that a rank that refuses its arguments leaves no other waiting in a
+ * collective: every rank then returns an error (the failing rank its own, the others
+ * FCL_ERROR_INVALID_ARGUMENT naming that rank). After a failure, fcl_mpi_last_error() holds
+ * the sentence (the calling thread's own).
+ */
+#ifndef FLASHCL_MPI_H
+#define FLASHCL_MPI_H
+
+#include <flashcl.h>
+#include <mpi.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sharded-KV attention (decoding over a cache split by keys across ranks): d and io describe
+ * this rank's shard exactly as fcl_attention_run takes them (its K and V, contiguous or
+ * paged, in any storage type or K/V format, its per-sequence lengths: any split, empty
+ * shards allowed) and the queries, which are the same on every rank. Every rank gets in
+ * io->out (and io->lse, where given) the attention of the queries over the union of the
+ * shards, as one device holding every key would give it: local attention with its lse,
+ * the partials gathered (staged through the host, ctx's queue), then fcl_attention_merge.
+ * Blocking. Sinks (io->sinks) count once: give the same on every rank.
+ *
+ * What this first form takes: out float32 with the default strides of FCL_LAYOUT_BHLD
+ * ([batch][heads][len_q][head_dim_v], o_view all zero); features whose meaning does not
+ * depend on where a key lies in the whole sequence: GQA, softcap, the scale, sinks, every
+ * storage type and format, causality where it hides no key (len_q 1 with
+ * FCL_CAUSAL_BOTTOM_RIGHT: the query is the last position). Masks, windows, ALiBi, packed
+ * queries and causality over several queries need the keys' global positions:
+ * FCL_ERROR_UNSUPPORTED. */
+fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
+                                     const fcl_attention_io *io);
+
+/* The sentence of the calling thread's last failed flashcl_mpi call ("" before any). */
+const char *fcl_mpi_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FLASHCL_MPI_H */

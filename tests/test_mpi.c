@@ -1,0 +1,207 @@
+/* flashcl_mpi's sharded-KV attention, run by CTest under mpiexec with 1, 2 and 3 ranks: every
+ * rank builds the same whole problem (rank 0's seed), keeps its own shard of each sequence's
+ * keys (uneven cuts, empty shards), and checks the merged result against the float64
+ * reference over the whole sequence. */
+#include "flashcl_mpi.h"
+#include "support.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, ranks;
+static chk_rng rng;       /* the same sequence on every rank */
+static chk_rng rank_rng;  /* this rank's own (its shard's page order) */
+
+typedef struct {
+    size_t batch, heads_q, heads_kv, dim, page_size; /* page_size 0: contiguous shards */
+    fcl_dtype dtype_kv;
+    float softcap;
+    int sinks;
+} sharded_case;
+
+/* Rank r's shard of a sequence of len keys: [cut[r], cut[r + 1]) of sorted random cuts, the
+ * first rank's shard empty in every other sequence. */
+static void shard_of(size_t len, size_t b, size_t *start, size_t *end)
+{
+    size_t cut[8] = {0};
+    for (int r = 1; r < ranks; r++)
+        cut[r] = (size_t)(chk_uniform(&rng) * (double)(len + 1));
+    cut[ranks] = len;
+    if (b % 2 && ranks > 1)
+        cut[1] = 0;
+    for (int i = 1; i < ranks; i++) /* insertion sort of the inner cuts */
+        for (int j = i; j > 1 && cut[j] < cut[j - 1]; j--) {
+            size_t t = cut[j];
+            cut[j] = cut[j - 1], cut[j - 1] = t;
+        }
+    *start = cut[rank], *end = cut[rank + 1];
+}
+
+static cl_mem device_copy(const void *host, size_t bytes)
+{
+    cl_context c;
+    cl_int err;
+    assert_int_equal(fcl_context_get_cl(support_ctx, &c, NULL, NULL), FCL_SUCCESS);
+    cl_mem m = clCreateBuffer(c, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0),
+                              bytes ? bytes : 4, (void *)host, &err);
+    assert_int_equal(err, CL_SUCCESS);
+    return m;
+}
+
+static void check_sharded(const sharded_case *c, const int32_t *lens)
+{
+    const size_t B = c->batch, Hq = c->heads_q, Hk = c->heads_kv, D = c->dim;
+    const size_t es = chk_dtype_size(c->dtype_kv);
+    size_t cap = 1;
+    for (size_t b = 0; b < B; b++)
+        cap = lens[b] > (int32_t)cap ? (size_t)lens[b] : cap;
+    /* the whole problem, the same on every rank */
+    float *q = chk_random_tensor(B * Hq * D, FCL_DTYPE_F32, &rng);
+    void *k = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
+    void *v = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
+    float sinks[16];
+    for (size_t h = 0; h < Hq; h++)
+        sinks[h] = (float)chk_normal(&rng);
+    /* this rank's shard: contiguous [b][hk][cap][D], or pages of page_size in a shuffled table */
+    size_t start[16], end[16], local_cap = 1;
+    int32_t local_lens[16];
+    for (size_t b = 0; b < B; b++) {
+        shard_of((size_t)lens[b], b, &start[b], &end[b]);
+        local_lens[b] = (int32_t)(end[b] - start[b]);
+        local_cap = end[b] - start[b] > local_cap ? end[b] - start[b] : local_cap;
+    }
+    const size_t ps = c->page_size ? c->page_size : local_cap;
+    const size_t per_seq = (local_cap + ps - 1) / ps, pages = B * per_seq;
+    int32_t *table = malloc(pages * sizeof(int32_t));
+    unsigned char *lk = calloc(pages * Hk * ps * D, es), *lv = calloc(pages * Hk * ps * D, es);
+    assert_true(q && k && v && table && lk && lv);
+    chk_permutation(table, pages, &rank_rng);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hk; h++)
+            for (size_t j = 0; j < end[b] - start[b]; j++) {
+                /* paged BHLD: [page][head][slot][dim] */
+                const size_t page = c->page_size ? (size_t)table[b * per_seq + j / ps] : b;
+                const size_t to = ((page * Hk + h) * ps + j % ps) * D * es;
+                const size_t from = ((b * Hk + h) * cap + start[b] + j) * D * es;
+                memcpy(lk + to, (unsigned char *)k + from, D * es);
+                memcpy(lv + to, (unsigned char *)v + from, D * es);
+            }
+    fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = 1,
+                            .len_kv = c->page_size ? per_seq * ps : local_cap, .head_dim = D,
+                            .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_kv = c->dtype_kv,
+                            .softcap = c->softcap};
+    if (c->page_size)
+        d.page_size = ps, d.num_pages = pages, d.block_table_stride = per_seq;
+    float *out = malloc(B * Hq * D * sizeof(float)), lse[64];
+    fcl_attention_io io = {.q = device_copy(q, B * Hq * D * 4),
+                           .k = device_copy(lk, pages * Hk * ps * D * es),
+                           .v = device_copy(lv, pages * Hk * ps * D * es),
+                           .out = device_copy(NULL, B * Hq * D * 4),
+                           .lse = device_copy(NULL, B * Hq * 4),
+                           .seqlens_kv = device_copy(local_lens, B * 4),
+                           .block_table = c->page_size ? device_copy(table, pages * 4) : NULL,
+                           .sinks = c->sinks ? device_copy(sinks, Hq * 4) : NULL};
+    fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
+    if (s != FCL_SUCCESS)
+        fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
+    cl_command_queue queue;
+    fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, B * Hq * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, B * Hq * 4, lse, 0, NULL, NULL), CL_SUCCESS);
+
+    /* the float64 reference over the whole sequence */
+    fcl_attention_desc whole = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = 1,
+                                .len_kv = cap, .head_dim = D, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                .dtype_kv = c->dtype_kv, .softcap = c->softcap};
+    whole = chk_attention_defaults(whole);
+    const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .seqlens_kv = lens,
+                                        .sinks = c->sinks ? sinks : NULL};
+    double *want = malloc(B * Hq * D * sizeof(double)), *got = malloc(B * Hq * D * sizeof(double));
+    double want_lse[64];
+    assert_true(want && got);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++)
+            chk_attention_row_io(&whole, &host, b, h, 0, want + (b * Hq + h) * D,
+                                 &want_lse[b * Hq + h]);
+    for (size_t e = 0; e < B * Hq * D; e++)
+        got[e] = out[e];
+    chk_report rep;
+    if (!chk_compare_values(got, want, B * Hq * D, chk_attention_tolerance(&whole), &rep))
+        fail_msg("rank %d of %d: %zu of %zu off, first %zu got %g want %g (max |err| %.3g)", rank,
+                 ranks, rep.bad, rep.checked, rep.first_bad, rep.got, rep.want, rep.max_abs_err);
+    if (!chk_compare_lse(lse, want_lse, B * Hq, &rep))
+        fail_msg("rank %d: lse %zu got %.9g want %.9g", rank, rep.first_bad, rep.got, rep.want);
+    cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.seqlens_kv, io.block_table, io.sinks};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(q), free(k), free(v), free(table), free(lk), free(lv), free(out), free(want), free(got);
+}
+
+/* GQA decoding over contiguous f32 shards and paged f16 ones (pages of 16 and 5, shuffled),
+ * with softcap and sinks; an empty sequence. */
+static void test_sharded_decode(void **state)
+{
+    (void)state;
+    static const int32_t lens[4] = {37, 0, 100, 64};
+    const sharded_case cases[] = {
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1},
+        {4, 4, 4, 128, 16, FCL_DTYPE_F16, 30.0f, 0},
+        {4, 8, 1, 64, 5, FCL_DTYPE_F16, 0.0f, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_sharded(&cases[i], lens);
+}
+
+/* A rank that refuses its arguments leaves no other waiting: every rank returns an error
+ * (the refusing rank its own sentence, the others naming it); ranks that disagree on a shape
+ * all refuse. */
+static void test_refusals_reach_every_rank(void **state)
+{
+    (void)state;
+    cl_mem buf = device_copy(NULL, 4096);
+    fcl_attention_desc d = {.batch = 1, .heads_q = 2, .len_q = 1, .len_kv = 4, .head_dim = 16};
+    fcl_attention_io io = {.q = buf, .k = buf, .v = buf, .out = buf};
+    if (rank == 0)
+        d.window = 1, d.window_left = 2;
+    fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
+    if (rank == 0) {
+        assert_int_equal(s, FCL_ERROR_UNSUPPORTED);
+        assert_non_null(strstr(fcl_mpi_last_error(), "a window needs the keys' global positions"));
+    } else {
+        assert_int_equal(s, FCL_ERROR_INVALID_ARGUMENT);
+        assert_non_null(strstr(fcl_mpi_last_error(), "rank 0 failed validation"));
+    }
+    d.window = 0;
+    d.heads_q = rank ? 1 : 2;
+    s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
+    if (ranks > 1) {
+        assert_int_equal(s, FCL_ERROR_INVALID_ARGUMENT);
+        assert_non_null(strstr(fcl_mpi_last_error(), "the ranks disagree on heads_q (from 1 to 2)"));
+    }
+    assert_int_equal(fcl_mpi_attention_sharded(support_ctx, MPI_COMM_NULL, &d, &io),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    clReleaseMemObject(buf);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+    unsigned long long seed = getenv("FLASHCL_TEST_SEED") ? strtoull(getenv("FLASHCL_TEST_SEED"), NULL, 10) : 0;
+    if (rank == 0)
+        seed = chk_rng_seeded(seed).state;
+    MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    rng = chk_rng_seeded(seed);
+    rank_rng = chk_rng_seeded(seed ^ (0x9e3779b97f4a7c15ull * (unsigned long long)(rank + 1)));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sharded_decode),
+        cmocka_unit_test(test_refusals_reach_every_rank),
+    };
+    const int failed = support_run_tests(tests);
+    MPI_Finalize();
+    return failed;
+}
