@@ -21,7 +21,7 @@
     X(F32_SCRATCH, partial_o) X(F2_SCRATCH, partial_ml) X(I32_IN, seqlens_kv)                \
     X(I32_IN, cu_seqlens_q) X(I32_IN, cu_seqlens_kv) X(I32_IN, block_table)                  \
     X(F32_IN, alibi_slopes) X(F32_IN, sinks) X(F32_IN, k_scales) X(F32_IN, v_scales)        \
-    X(I32_IN, leftpad_kv)
+    X(I32_IN, leftpad_kv) X(I32_IN, query_offsets)
 
 /* Scalars after the buffers, X(type, name) with type U32, U64 or F32; the last entry comes
  * through LAST (an argument list has no trailing comma). The host validates counts and
@@ -77,7 +77,8 @@
     X(FA_FLAG_V_HEAD_SCALES, 18) /* ... V's, v_scales[b * vs_batch + h] */                  \
     X(FA_FLAG_K_TOKEN_SCALES, 19) /* each K row's times its own, at the ks_* view */       \
     X(FA_FLAG_V_TOKEN_SCALES, 20) /* ... each V row's, at the vs_* view */                 \
-    X(FA_FLAG_LEFTPAD_KV, 21)   /* sequence b's keys from row leftpad_kv[b] */
+    X(FA_FLAG_LEFTPAD_KV, 21)   /* sequence b's keys from row leftpad_kv[b] */              \
+    X(FA_FLAG_QUERY_OFFSETS, 22) /* p(i) = i + query_offsets[b]; causality from it */
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
@@ -88,8 +89,8 @@
  * fast); and everything with K and V in any format (FA_FEATURES_KV, the rows kernel too).
  * Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of what is
  * masked; the host runs the first built kernel whose features cover the call. */
-#define FA_FEATURES_ALL 0x20ffffu /* bits 0-15 and 21 (FA_FLAG_LEFTPAD_KV) */
-#define FA_FEATURES_KV 0x3fffffu
+#define FA_FEATURES_ALL 0x60ffffu /* bits 0-15, 21 and 22 (leftpad_kv, query_offsets) */
+#define FA_FEATURES_KV 0x7fffffu
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)

@@ -355,8 +355,9 @@ FCL_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulon
         s.ks.base += b * p->ks_batch + kv_start * p->ks_token;
         s.vs.base += b * p->vs_batch + kv_start * p->vs_token;
     }
-    s.pos_offset = (long)s.len_kv - (long)s.len_q;
-    s.causal_offset = (p->flags & FA_FLAG_BOTTOM_RIGHT) ? s.pos_offset : 0;
+    s.pos_offset = (p->flags & FA_FLAG_QUERY_OFFSETS) ? (long)io->query_offsets[b]
+                                                      : (long)s.len_kv - (long)s.len_q;
+    s.causal_offset = (p->flags & (FA_FLAG_BOTTOM_RIGHT | FA_FLAG_QUERY_OFFSETS)) ? s.pos_offset : 0;
     return s;
 }
 

@@ -454,13 +454,17 @@ FCL_API fcl_status fcl_attention_host(fcl_context *ctx, const fcl_attention_desc
  * batches): sequence b's keys are rows leftpad_kv[b] to L_kv(b) - 1 of its K and V
  * (0 <= leftpad_kv[b] <= L_kv(b)); the rows before are hidden and key j is row
  * leftpad_kv[b] + j for everything else: L_kv(b) - leftpad_kv[b] keys for causality, the
- * window, ALiBi and p(i), the mask's column j, TOKEN scales. */
+ * window, ALiBi and p(i), the mask's column j, TOKEN scales. query_offsets int32 [batch]
+ * (keys and queries that are parts of longer sequences: a shard of the keys, a block of a
+ * ring): query i of sequence b is at p(i) = i + query_offsets[b] among its keys, instead of
+ * i + L_kv(b) - L_q(b), for causality (either mode: key j visible where j <= p(i)), the
+ * window and ALiBi (|p(i) - j| below 2^31 with ALiBi). */
 typedef struct fcl_attention_io {
     cl_mem q, k, v, mask, out, lse;
     cl_mem seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table;
     cl_mem alibi_slopes, sinks;
     cl_mem k_scales, v_scales; /* v0.3: float32, as scale_mode_k / _v need (else NULL) */
-    cl_mem leftpad_kv;
+    cl_mem leftpad_kv, query_offsets;
 } fcl_attention_io;
 
 /* The same in host memory (fcl_attention_run_host, blocking): each buffer's extent is what its
@@ -473,7 +477,7 @@ typedef struct fcl_attention_host_io {
     const int32_t *seqlens_kv, *cu_seqlens_q, *cu_seqlens_kv, *block_table;
     const float *alibi_slopes, *sinks;
     const float *k_scales, *v_scales; /* v0.3 */
-    const int32_t *leftpad_kv;
+    const int32_t *leftpad_kv, *query_offsets;
 } fcl_attention_host_io;
 
 /* Attention with every v0.2 feature. The host call validates every index (lengths within

@@ -43,19 +43,15 @@ static fcl_status check_local(fcl_context *ctx, const fcl_attention_desc *d,
                     "fcl_mpi_attention_sharded writes float32 out in FCL_LAYOUT_BHLD's default "
                     "strides (dtype_o %d, layout %d, o_view set: %d)",
                     (int)d->dtype_o, (int)d->layout, memcmp(&d->o_view, &zero, sizeof zero) != 0);
-    const char *global = d->mask_type != FCL_MASK_NONE ? "a mask"
-                         : d->window                   ? "a window"
-                         : io->alibi_slopes            ? "ALiBi"
-                         : io->cu_seqlens_q            ? "packed queries (cu_seqlens_q)"
-                         : d->causal == FCL_CAUSAL_TOP_LEFT ||
-                                 (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && d->len_q != 1)
-                             ? "causality over several queries"
-                             : NULL;
-    if (global)
-        return fail(FCL_ERROR_UNSUPPORTED,
-                    "%s needs the keys' global positions, which sharded attention does not take "
-                    "yet",
-                    global);
+    if (io->query_offsets)
+        return fail(FCL_ERROR_INVALID_ARGUMENT,
+                    "io->query_offsets is given: the call sets them from the shards' places");
+    const char *other = d->mask_type != FCL_MASK_NONE ? "a mask"
+                        : io->cu_seqlens_q            ? "packed queries (cu_seqlens_q)"
+                        : io->leftpad_kv              ? "leftpad_kv"
+                                                      : NULL;
+    if (other)
+        return fail(FCL_ERROR_UNSUPPORTED, "sharded attention does not take %s yet", other);
     return FCL_SUCCESS;
 }
 
@@ -92,11 +88,65 @@ static fcl_status agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
     return FCL_SUCCESS;
 }
 
+/* This rank's key count of each sequence (seqlens_kv or cu_seqlens_kv read from the device,
+ * clamped to len_kv as the kernels clamp them; else len_kv) into len[0 .. batch). */
+static fcl_status shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
+                                const fcl_attention_io *io, long *len)
+{
+    cl_command_queue queue;
+    const size_t batch = d->batch;
+    int32_t *read = calloc(batch + 1, sizeof(int32_t));
+    fcl_status s = read ? fcl_context_get_cl(ctx, NULL, NULL, &queue)
+                        : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+    cl_mem from = io->seqlens_kv ? io->seqlens_kv : io->cu_seqlens_kv;
+    if (s == FCL_SUCCESS && from &&
+        clEnqueueReadBuffer(queue, from, CL_TRUE, 0, (batch + !io->seqlens_kv) * sizeof(int32_t),
+                            read, 0, NULL, NULL) != CL_SUCCESS)
+        s = fail(FCL_ERROR_OPENCL, "reading this rank's key lengths");
+    for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
+        const long n = !from ? (long)d->len_kv
+                       : io->seqlens_kv ? (long)read[b] : (long)read[b + 1] - (long)read[b];
+        len[b] = n < 0 ? 0 : n > (long)d->len_kv ? (long)d->len_kv : n;
+    }
+    free(read);
+    return s;
+}
+
+/* Where each sequence's queries are among this rank's keys (query_offsets): ranks hold the
+ * keys in rank order, and the queries are the whole sequence's last len_q positions, so
+ * query i is at total(b) - len_q + i, and this rank's key 0 at the keys of the lower ranks. */
+static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, const long *len,
+                                int32_t *offsets)
+{
+    const size_t batch = d->batch;
+    long *start = calloc(batch, sizeof(long)), *total = calloc(batch, sizeof(long));
+    fcl_status s = start && total ? FCL_SUCCESS
+                                  : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+    int rank;
+    MPI_Comm_rank(comm, &rank);
+    if (s == FCL_SUCCESS && (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
+                             MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS))
+        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths failed");
+    for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
+        const long offset = total[b] - (long)d->len_q - (rank ? start[b] : 0); /* (rank 0's
+                                                                   MPI_Exscan result is undefined) */
+        if (offset < INT32_MIN || offset > INT32_MAX)
+            s = fail(FCL_ERROR_UNSUPPORTED, "sequence %zu's %ld keys exceed int32 positions", b,
+                     total[b]);
+        else
+            offsets[b] = (int32_t)offset;
+    }
+    free(start);
+    free(total);
+    return s;
+}
+
 /* This rank's partial (out rows, then lse) into host[0 .. rows * (dim + 1)): attention over
- * its shard with lse, sinks on rank 0 only (they count once in the merge). */
+ * its shard with lse, at the queries' places among its keys (offsets), sinks on rank 0 only
+ * (they count once in the merge). */
 static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
-                                const fcl_attention_io *io, int rank, size_t rows, size_t dim,
-                                float *host)
+                                const fcl_attention_io *io, const int32_t *offsets, int rank,
+                                size_t rows, size_t dim, float *host)
 {
     cl_context cl;
     cl_command_queue queue;
@@ -109,12 +159,16 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
     cl_mem lse = err == CL_SUCCESS
                      ? clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err)
                      : NULL;
+    cl_mem places = err == CL_SUCCESS ? clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                                       d->batch * sizeof(int32_t),
+                                                       (void *)offsets, &err)
+                                      : NULL;
     if (err != CL_SUCCESS) {
         s = fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
         goto release;
     }
     fcl_attention_io local = *io;
-    local.out = out, local.lse = lse;
+    local.out = out, local.lse = lse, local.query_offsets = places;
     if (rank != 0)
         local.sinks = NULL;
     s = fcl_attention_run(ctx, d, &local, 0, NULL, &done);
@@ -136,6 +190,8 @@ release:
         clReleaseMemObject(out);
     if (lse)
         clReleaseMemObject(lse);
+    if (places)
+        clReleaseMemObject(places);
     return s;
 }
 
@@ -205,9 +261,16 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
                     dim + 1);
     float *mine = malloc(count * sizeof(float));
     float *all = malloc(count * (size_t)size * sizeof(float));
-    s = mine && all ? local_partial(ctx, d, io, rank, rows, dim, mine)
-                    : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
-    s = agree(comm, s, "its attention");
+    long *len = malloc(d->batch * sizeof(long));
+    int32_t *offsets = malloc(d->batch * sizeof(int32_t));
+    s = mine && all && len && offsets
+            ? shard_lengths(ctx, d, io, len)
+            : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
+    s = agree(comm, s, "reading its lengths");
+    if (s == FCL_SUCCESS)
+        s = agree(comm, shard_offsets(comm, d, len, offsets), "placing its keys");
+    if (s == FCL_SUCCESS)
+        s = agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine), "its attention");
     if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
                                           comm) != MPI_SUCCESS)
         s = fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
@@ -215,6 +278,8 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
         s = merge_partials(ctx, all, size, rows, dim, io->out, io->lse);
     free(mine);
     free(all);
+    free(len);
+    free(offsets);
     return s;
 }
 

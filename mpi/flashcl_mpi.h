@@ -23,19 +23,18 @@ extern "C" {
 /* Sharded-KV attention (decoding over a cache split by keys across ranks): d and io describe
  * this rank's shard exactly as fcl_attention_run takes them (its K and V, contiguous or
  * paged, in any storage type or K/V format, its per-sequence lengths: any split, empty
- * shards allowed) and the queries, which are the same on every rank. Every rank gets in
- * io->out (and io->lse, where given) the attention of the queries over the union of the
- * shards, as one device holding every key would give it: local attention with its lse,
+ * shards allowed) and the queries, which are the same on every rank. The ranks hold the
+ * keys in rank order (rank 0 each sequence's first ones), and the queries are each whole
+ * sequence's last len_q positions: causality, windows and ALiBi take the keys' places in
+ * the whole sequence (the call sets io->query_offsets from the ranks' lengths). Every rank
+ * gets in io->out (and io->lse, where given) the attention of the queries over the union of
+ * the shards, as one device holding every key would give it: local attention with its lse,
  * the partials gathered (staged through the host, ctx's queue), then fcl_attention_merge.
  * Blocking. Sinks (io->sinks) count once: give the same on every rank.
  *
  * What this first form takes: out float32 with the default strides of FCL_LAYOUT_BHLD
- * ([batch][heads][len_q][head_dim_v], o_view all zero); features whose meaning does not
- * depend on where a key lies in the whole sequence: GQA, softcap, the scale, sinks, every
- * storage type and format, causality where it hides no key (len_q 1 with
- * FCL_CAUSAL_BOTTOM_RIGHT: the query is the last position). Masks, windows, ALiBi, packed
- * queries and causality over several queries need the keys' global positions:
- * FCL_ERROR_UNSUPPORTED. */
+ * ([batch][heads][len_q][head_dim_v], o_view all zero); not masks, packed queries
+ * (cu_seqlens_q) or leftpad_kv (FCL_ERROR_UNSUPPORTED), nor query_offsets of the caller's. */
 fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
                                      const fcl_attention_io *io);
 

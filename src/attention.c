@@ -12,7 +12,7 @@
     {(io)->mask != NULL,          (io)->lse != NULL,           (io)->seqlens_kv != NULL,      \
      (io)->cu_seqlens_q != NULL,  (io)->cu_seqlens_kv != NULL, (io)->block_table != NULL,     \
      (io)->alibi_slopes != NULL,  (io)->sinks != NULL,         (io)->k_scales != NULL,        \
-     (io)->v_scales != NULL,      (io)->leftpad_kv != NULL}
+     (io)->v_scales != NULL,      (io)->leftpad_kv != NULL,    (io)->query_offsets != NULL}
 
 /* Whether rows of K or V (strides: their view's offset and strides or'd) suit the NVIDIA
  * kernels' copies: at multiples of 8 elements (16 bytes of half storage); of a coded format
@@ -205,6 +205,7 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
         {"k_scales", io->k_scales, 0, e.k_scales, sizeof(float), &p->ks_limit},
         {"v_scales", io->v_scales, 0, e.v_scales, sizeof(float), &p->vs_limit},
         {"leftpad_kv", io->leftpad_kv, 0, e.seqlens_kv, sizeof(cl_int), NULL},
+        {"query_offsets", io->query_offsets, 0, e.seqlens_kv, sizeof(cl_int), NULL},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0] && s == FCL_SUCCESS; i++) {
         size_t bytes = 0;
@@ -229,7 +230,7 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
                                  NULL,            NULL,           io->seqlens_kv,
                                  io->cu_seqlens_q, io->cu_seqlens_kv, io->block_table,
                                  io->alibi_slopes, io->sinks,    io->k_scales,
-                                 io->v_scales,    io->leftpad_kv};
+                                 io->v_scales,    io->leftpad_kv,  io->query_offsets};
     *b = all;
     return FCL_SUCCESS;
 }
@@ -456,6 +457,7 @@ fcl_status fcl_attention_run_host(fcl_context *ctx, const fcl_attention_desc *de
     b.k_scales = upload(ctx, io->k_scales, e.k_scales * sizeof(float), 0, &err);
     b.v_scales = upload(ctx, io->v_scales, e.v_scales * sizeof(float), 0, &err);
     b.leftpad_kv = upload(ctx, io->leftpad_kv, e.seqlens_kv * sizeof(int32_t), 0, &err);
+    b.query_offsets = upload(ctx, io->query_offsets, e.seqlens_kv * sizeof(int32_t), 0, &err);
     /* out starts as the caller's, so what lies between its rows comes back unchanged. */
     if (err == CL_SUCCESS)
         b.out = fcl_host_buffer(ctx, CL_MEM_READ_WRITE, out.bytes, out.base, &err);
@@ -481,7 +483,7 @@ release:
     cl_mem all[] = {b.q,          b.k,           b.v,           b.mask,
                     b.out,        b.lse,         b.seqlens_kv,  b.cu_seqlens_q,
                     b.cu_seqlens_kv, b.block_table, b.alibi_slopes, b.sinks,
-                    b.k_scales,   b.v_scales,    b.leftpad_kv};
+                    b.k_scales,   b.v_scales,    b.leftpad_kv,  b.query_offsets};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);

@@ -353,7 +353,8 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
                (d.scale_mode_v == FCL_KV_SCALE_HEAD ? FA_FLAG_V_HEAD_SCALES : 0) |
                (d.scale_mode_k == FCL_KV_SCALE_TOKEN ? FA_FLAG_K_TOKEN_SCALES : 0) |
                (d.scale_mode_v == FCL_KV_SCALE_TOKEN ? FA_FLAG_V_TOKEN_SCALES : 0) |
-               (given->leftpad_kv ? FA_FLAG_LEFTPAD_KV : 0);
+               (given->leftpad_kv ? FA_FLAG_LEFTPAD_KV : 0) |
+               (given->query_offsets ? FA_FLAG_QUERY_OFFSETS : 0);
     p->dtype_q = d.dtype_q;
     p->dtype_kv = d.dtype_kv;
     p->dtype_o = d.dtype_o;
@@ -544,6 +545,12 @@ fcl_status fcl_attention_check_indices(fcl_context *ctx, const fcl_attention_pro
                          "leftpad_kv[%zu] (%d) must be between 0 and sequence %zu's length (%d)",
                          b, (int)io->leftpad_kv[b], b, (int)len);
     }
+    for (size_t b = 0; s == FCL_SUCCESS && io->query_offsets && io->alibi_slopes && b < d->batch; b++)
+        if ((size_t)llabs((long long)io->query_offsets[b]) + d->len_q + d->len_kv > INT32_LIMIT)
+            s = fcl_fail(ctx, FCL_ERROR_INVALID_ARGUMENT,
+                         "query_offsets[%zu] (%d) with ALiBi: |offset| + len_q + len_kv must be "
+                         "at most %zu",
+                         b, (int)io->query_offsets[b], INT32_LIMIT);
     for (size_t b = 0; s == FCL_SUCCESS && d->page_size && b < d->batch; b++) {
         size_t len = io->seqlens_kv ? (size_t)io->seqlens_kv[b] : d->len_kv;
         size_t pages = (len + d->page_size - 1) / d->page_size;

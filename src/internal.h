@@ -573,7 +573,7 @@ typedef struct fcl_attention_problem {
 /* Which optional buffers an io gives (the device and host io alike). */
 typedef struct fcl_attention_given {
     int mask, lse, seqlens_kv, cu_seqlens_q, cu_seqlens_kv, block_table, alibi_slopes, sinks;
-    int k_scales, v_scales, leftpad_kv;
+    int k_scales, v_scales, leftpad_kv, query_offsets;
 } fcl_attention_given;
 /* A view whose strides are all 0 takes them from the layout, for `tokens` tokens per batch
  * entry (per page when paged) of rows of dim units, or [total][heads][dim] when packed (a
@@ -615,7 +615,7 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
  * packed tensors given the total token counts (1 where unknown: the device call). */
 typedef struct fcl_attention_extents {
     size_t q, k, v, out, mask, lse, seqlens_kv, cu_seqlens, block_table, alibi_slopes, sinks;
-    /* (seqlens_kv: also leftpad_kv's) */
+    /* (seqlens_kv: also leftpad_kv's and query_offsets') */
     size_t k_scales, v_scales; /* floats; 0 where the scale mode has no buffer */
 } fcl_attention_extents;
 fcl_status fcl_attention_extents_of(fcl_context *ctx, const fcl_attention_problem *pr,

@@ -165,7 +165,7 @@ static void fuzz_attention(reader *r)
     io.seqlens_kv = take_optional(r), io.cu_seqlens_q = take_optional(r);
     io.cu_seqlens_kv = take_optional(r), io.block_table = take_optional(r);
     io.alibi_slopes = take_optional(r), io.sinks = take_optional(r);
-    io.leftpad_kv = take_optional(r);
+    io.leftpad_kv = take_optional(r), io.query_offsets = take_optional(r);
     cl_event done = NULL;
     fcl_status s = fcl_attention_run(ctx, &d, &io, 0, NULL, &done);
     check_status(s);

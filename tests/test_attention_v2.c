@@ -114,6 +114,34 @@ static void test_leftpad_kv(void **state)
     }
 }
 
+/* ---- query positions (query_offsets) ---- */
+
+/* Queries and keys that are parts of longer sequences (a shard of the keys, a ring's block):
+ * query i at p(i) = i + query_offsets[b] among the keys, for causality in either mode, the
+ * window and ALiBi; offsets past the keys, negative (no key visible to a causal query) and
+ * an empty sequence. */
+static void test_query_offsets(void **state)
+{
+    (void)state;
+    static const int32_t lens[3] = {40, 17, 0}, offsets[3] = {30, -3, 7};
+    static const float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+    for (int c = 0; c < 4; c++) {
+        attention_run r = {.d = {.batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = c == 3 ? 1 : 5,
+                                 .len_kv = 40, .head_dim = 64, .kv_splits = c == 1 ? 3 : 0,
+                                 .causal = c == 0 ? FCL_CAUSAL_BOTTOM_RIGHT
+                                           : c == 1 ? FCL_CAUSAL_TOP_LEFT : FCL_CAUSAL_NONE}};
+        if (c == 2)
+            r.d.window = 1, r.d.window_left = 6, r.d.window_right = 2;
+        attention_contiguous_inputs(&r);
+        r.io.seqlens_kv = lens;
+        r.io.query_offsets = offsets;
+        if (c == 3)
+            r.io.alibi_slopes = slopes, r.d.causal = FCL_CAUSAL_BOTTOM_RIGHT;
+        check_attention_run(&r);
+        attention_free_inputs(&r);
+    }
+}
+
 /* ---- paged K/V ---- */
 
 static void test_paged(void **state)
@@ -516,6 +544,10 @@ static void test_bad_indices_and_features(void **state)
     EXPECT_REJECTED("seqlens_kv[1] (9) must be between 0 and len_kv (8)");
     d = ok, io = (fcl_attention_host_io){.seqlens_kv = pads, .leftpad_kv = pads + 1};
     EXPECT_REJECTED("leftpad_kv[0] (4) must be between 0 and sequence 0's length (3)");
+    d = ok, io = (fcl_attention_host_io){.query_offsets = cu, .alibi_slopes = slopes};
+    cu[1] = INT32_MAX;
+    EXPECT_REJECTED("query_offsets[1] (2147483647) with ALiBi");
+    cu[1] = 2;
     d = ok, io = (fcl_attention_host_io){.leftpad_kv = pads + 2};
     EXPECT_REJECTED("leftpad_kv[1] (-1) must be between 0 and sequence 1's length (8)");
     d = ok, d.page_size = 4, d.num_pages = 4, d.block_table_stride = 2;
@@ -637,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_kv_shared_across_batch),
         cmocka_unit_test(test_seqlens_kv),
         cmocka_unit_test(test_leftpad_kv),
+        cmocka_unit_test(test_query_offsets),
         cmocka_unit_test(test_plain_and_all_feature_kernels_agree),
         cmocka_unit_test(test_paged),
         cmocka_unit_test(test_varlen),

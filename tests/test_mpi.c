@@ -18,6 +18,8 @@ typedef struct {
     fcl_dtype dtype_kv;
     float softcap;
     int sinks;
+    size_t len_q, window; /* the queries: the sequences' last len_q; a window of that many */
+    int alibi;
 } sharded_case;
 
 /* Rank r's shard of a sequence of len keys: [cut[r], cut[r + 1]) of sorted random cuts, the
@@ -51,18 +53,19 @@ static cl_mem device_copy(const void *host, size_t bytes)
 
 static void check_sharded(const sharded_case *c, const int32_t *lens)
 {
-    const size_t B = c->batch, Hq = c->heads_q, Hk = c->heads_kv, D = c->dim;
+    const size_t B = c->batch, Hq = c->heads_q, Hk = c->heads_kv, D = c->dim, Lq = c->len_q;
+    const size_t rows = B * Hq * Lq;
     const size_t es = chk_dtype_size(c->dtype_kv);
     size_t cap = 1;
     for (size_t b = 0; b < B; b++)
         cap = lens[b] > (int32_t)cap ? (size_t)lens[b] : cap;
     /* the whole problem, the same on every rank */
-    float *q = chk_random_tensor(B * Hq * D, FCL_DTYPE_F32, &rng);
+    float *q = chk_random_tensor(rows * D, FCL_DTYPE_F32, &rng);
     void *k = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
     void *v = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
-    float sinks[16];
+    float sinks[16], slopes[16];
     for (size_t h = 0; h < Hq; h++)
-        sinks[h] = (float)chk_normal(&rng);
+        sinks[h] = (float)chk_normal(&rng), slopes[h] = 0.5f / (float)(h + 1);
     /* this rank's shard: contiguous [b][hk][cap][D], or pages of page_size in a shuffled table */
     size_t start[16], end[16], local_cap = 1;
     int32_t local_lens[16];
@@ -87,69 +90,79 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
                 memcpy(lk + to, (unsigned char *)k + from, D * es);
                 memcpy(lv + to, (unsigned char *)v + from, D * es);
             }
-    fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = 1,
+    fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = Lq,
                             .len_kv = c->page_size ? per_seq * ps : local_cap, .head_dim = D,
                             .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_kv = c->dtype_kv,
-                            .softcap = c->softcap};
+                            .softcap = c->softcap, .window = c->window > 0,
+                            .window_left = c->window, .window_right = 0};
     if (c->page_size)
         d.page_size = ps, d.num_pages = pages, d.block_table_stride = per_seq;
-    float *out = malloc(B * Hq * D * sizeof(float)), lse[64];
-    fcl_attention_io io = {.q = device_copy(q, B * Hq * D * 4),
+    float *out = malloc(rows * D * sizeof(float)), *lse = malloc(rows * sizeof(float));
+    fcl_attention_io io = {.q = device_copy(q, rows * D * 4),
                            .k = device_copy(lk, pages * Hk * ps * D * es),
                            .v = device_copy(lv, pages * Hk * ps * D * es),
-                           .out = device_copy(NULL, B * Hq * D * 4),
-                           .lse = device_copy(NULL, B * Hq * 4),
+                           .out = device_copy(NULL, rows * D * 4),
+                           .lse = device_copy(NULL, rows * 4),
                            .seqlens_kv = device_copy(local_lens, B * 4),
                            .block_table = c->page_size ? device_copy(table, pages * 4) : NULL,
-                           .sinks = c->sinks ? device_copy(sinks, Hq * 4) : NULL};
+                           .sinks = c->sinks ? device_copy(sinks, Hq * 4) : NULL,
+                           .alibi_slopes = c->alibi ? device_copy(slopes, Hq * 4) : NULL};
     fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
     cl_command_queue queue;
     fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, B * Hq * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, B * Hq * 4, lse, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, rows * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
 
     /* the float64 reference over the whole sequence */
-    fcl_attention_desc whole = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = 1,
-                                .len_kv = cap, .head_dim = D, .causal = FCL_CAUSAL_BOTTOM_RIGHT,
-                                .dtype_kv = c->dtype_kv, .softcap = c->softcap};
+    fcl_attention_desc whole = d;
+    whole.len_kv = cap, whole.page_size = whole.num_pages = whole.block_table_stride = 0;
     whole = chk_attention_defaults(whole);
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .seqlens_kv = lens,
-                                        .sinks = c->sinks ? sinks : NULL};
-    double *want = malloc(B * Hq * D * sizeof(double)), *got = malloc(B * Hq * D * sizeof(double));
-    double want_lse[64];
-    assert_true(want && got);
+                                        .sinks = c->sinks ? sinks : NULL,
+                                        .alibi_slopes = c->alibi ? slopes : NULL};
+    double *want = malloc(rows * D * sizeof(double)), *got = malloc(rows * D * sizeof(double));
+    double *want_lse = malloc(rows * sizeof(double));
+    assert_true(out && lse && want && got && want_lse);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++)
-            chk_attention_row_io(&whole, &host, b, h, 0, want + (b * Hq + h) * D,
-                                 &want_lse[b * Hq + h]);
-    for (size_t e = 0; e < B * Hq * D; e++)
+            for (size_t i = 0; i < Lq; i++) {
+                const size_t row = (b * Hq + h) * Lq + i;
+                chk_attention_row_io(&whole, &host, b, h, i, want + row * D, &want_lse[row]);
+            }
+    for (size_t e = 0; e < rows * D; e++)
         got[e] = out[e];
     chk_report rep;
-    if (!chk_compare_values(got, want, B * Hq * D, chk_attention_tolerance(&whole), &rep))
+    if (!chk_compare_values(got, want, rows * D, chk_attention_tolerance(&whole), &rep))
         fail_msg("rank %d of %d: %zu of %zu off, first %zu got %g want %g (max |err| %.3g)", rank,
                  ranks, rep.bad, rep.checked, rep.first_bad, rep.got, rep.want, rep.max_abs_err);
-    if (!chk_compare_lse(lse, want_lse, B * Hq, &rep))
+    if (!chk_compare_lse(lse, want_lse, rows, &rep))
         fail_msg("rank %d: lse %zu got %.9g want %.9g", rank, rep.first_bad, rep.got, rep.want);
-    cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.seqlens_kv, io.block_table, io.sinks};
+    cl_mem all[] = {io.q,          io.k,           io.v,     io.out,         io.lse,
+                    io.seqlens_kv, io.block_table, io.sinks, io.alibi_slopes};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    free(q), free(k), free(v), free(table), free(lk), free(lv), free(out), free(want), free(got);
+    free(q), free(k), free(v), free(table), free(lk), free(lv), free(out), free(lse);
+    free(want), free(got), free(want_lse);
 }
 
 /* GQA decoding over contiguous f32 shards and paged f16 ones (pages of 16 and 5, shuffled),
- * with softcap and sinks; an empty sequence. */
+ * with softcap and sinks; the last 6 positions of each sequence at once (causal across the
+ * shards), with a window and with ALiBi (distances across shards); an empty sequence. */
 static void test_sharded_decode(void **state)
 {
     (void)state;
     static const int32_t lens[4] = {37, 0, 100, 64};
     const sharded_case cases[] = {
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0},
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1},
-        {4, 4, 4, 128, 16, FCL_DTYPE_F16, 30.0f, 0},
-        {4, 8, 1, 64, 5, FCL_DTYPE_F16, 0.0f, 1},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 1, 0, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 1, 0, 0},
+        {4, 4, 4, 128, 16, FCL_DTYPE_F16, 30.0f, 0, 1, 0, 0},
+        {4, 8, 1, 64, 5, FCL_DTYPE_F16, 0.0f, 1, 1, 0, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 6, 0, 0},
+        {4, 8, 2, 64, 16, FCL_DTYPE_F16, 0.0f, 0, 6, 20, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 6, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_sharded(&cases[i], lens);
@@ -165,16 +178,16 @@ static void test_refusals_reach_every_rank(void **state)
     fcl_attention_desc d = {.batch = 1, .heads_q = 2, .len_q = 1, .len_kv = 4, .head_dim = 16};
     fcl_attention_io io = {.q = buf, .k = buf, .v = buf, .out = buf};
     if (rank == 0)
-        d.window = 1, d.window_left = 2;
+        d.mask_type = FCL_MASK_ADD_F32, io.mask = buf;
     fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (rank == 0) {
         assert_int_equal(s, FCL_ERROR_UNSUPPORTED);
-        assert_non_null(strstr(fcl_mpi_last_error(), "a window needs the keys' global positions"));
+        assert_non_null(strstr(fcl_mpi_last_error(), "sharded attention does not take a mask yet"));
     } else {
         assert_int_equal(s, FCL_ERROR_INVALID_ARGUMENT);
         assert_non_null(strstr(fcl_mpi_last_error(), "rank 0 failed validation"));
     }
-    d.window = 0;
+    d.mask_type = FCL_MASK_NONE, io.mask = NULL;
     d.heads_q = rank ? 1 : 2;
     s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (ranks > 1) {

@@ -385,10 +385,12 @@ static double mask_value(const fcl_attention_desc *d, const void *mask, size_t a
 static double score_of(const fcl_attention_desc *d, const fcl_attention_host_io *io,
                        chk_attention_where w, size_t b, size_t h, size_t i, size_t j)
 {
-    const double pos = (double)i + (double)w.len_kv - (double)w.len_q, jd = (double)j;
-    if (d->causal == FCL_CAUSAL_TOP_LEFT && jd > (double)i)
-        return -INFINITY;
-    if (d->causal == FCL_CAUSAL_BOTTOM_RIGHT && jd > pos)
+    const double pos = (double)i + (io->query_offsets ? (double)io->query_offsets[b]
+                                                       : (double)w.len_kv - (double)w.len_q);
+    const double jd = (double)j;
+    /* causality: key j up to p(i) (bottom-right, or with query_offsets), else up to i */
+    const int top_left = d->causal == FCL_CAUSAL_TOP_LEFT && !io->query_offsets;
+    if (d->causal != FCL_CAUSAL_NONE && jd > (top_left ? (double)i : pos))
         return -INFINITY;
     if (d->window && ((d->window_left != FCL_WINDOW_UNBOUNDED && jd < pos - (double)d->window_left) ||
                       (d->window_right != FCL_WINDOW_UNBOUNDED && jd > pos + (double)d->window_right)))
