@@ -58,7 +58,7 @@ class AttentionHostIO(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
                 ("q", "k", "v", "mask", "out", "lse", "seqlens_kv", "cu_seqlens_q",
                  "cu_seqlens_kv", "block_table", "alibi_slopes", "sinks", "k_scales",
-                 "v_scales", "leftpad_kv")]
+                 "v_scales", "leftpad_kv", "query_offsets")]
 
 
 _text = ctypes.c_char

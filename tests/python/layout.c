@@ -53,6 +53,7 @@ int main(void)
     FIELD(fcl_attention_host_io, block_table);
     FIELD(fcl_attention_host_io, v_scales);
     FIELD(fcl_attention_host_io, leftpad_kv);
+    FIELD(fcl_attention_host_io, query_offsets);
     SIZE(fcl_attention_host_io);
     printf(", \"DeviceInfo\": {");
     FIELD(fcl_device_info, type);
