@@ -59,6 +59,19 @@ static void reference(const float *q, int len, int h, double *out)
     free(score);
 }
 
+/* A device buffer (a copy of host where given); the example stops all ranks on failure. */
+static cl_mem buffer(cl_context cl, size_t bytes, void *host)
+{
+    cl_int err;
+    cl_mem m = clCreateBuffer(cl, CL_MEM_READ_WRITE | (host ? CL_MEM_COPY_HOST_PTR : 0), bytes,
+                              host, &err);
+    if (err != CL_SUCCESS) {
+        fprintf(stderr, "clCreateBuffer of %zu bytes: %d\n", bytes, (int)err);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return m;
+}
+
 int main(int argc, char **argv)
 {
     int rank, ranks, failed = 0;
@@ -85,13 +98,11 @@ int main(int argc, char **argv)
                 k[((size_t)h * CAPACITY + t) * DIM + e] = cache_value(0, first + t, h, e);
                 v[((size_t)h * CAPACITY + t) * DIM + e] = cache_value(1, first + t, h, e);
             }
-    cl_int err;
     const size_t cache_bytes = (size_t)HEADS_KV * CAPACITY * DIM * sizeof(float);
-    cl_mem k_buf = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, cache_bytes, k, &err);
-    cl_mem v_buf = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, cache_bytes, v, &err);
-    cl_mem q_buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, HEADS_Q * DIM * sizeof(float), NULL, &err);
-    cl_mem out_buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, HEADS_Q * DIM * sizeof(float), NULL, &err);
-    cl_mem len_buf = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizeof(int32_t), NULL, &err);
+    cl_mem k_buf = buffer(cl, cache_bytes, k), v_buf = buffer(cl, cache_bytes, v);
+    cl_mem q_buf = buffer(cl, HEADS_Q * DIM * sizeof(float), NULL);
+    cl_mem out_buf = buffer(cl, HEADS_Q * DIM * sizeof(float), NULL);
+    cl_mem len_buf = buffer(cl, sizeof(int32_t), NULL);
 
     fcl_attention_desc d = {.batch = 1, .heads_q = HEADS_Q, .heads_kv = HEADS_KV, .len_q = 1,
                             .len_kv = CAPACITY, .head_dim = DIM,
@@ -104,8 +115,10 @@ int main(int argc, char **argv)
         if (last) { /* the new token's K and V into the last shard */
             for (int h = 0; h < HEADS_KV; h++) {
                 float row_k[DIM], row_v[DIM];
-                for (int e = 0; e < DIM; e++)
-                    row_k[e] = cache_value(0, total - 1, h, e), row_v[e] = cache_value(1, total - 1, h, e);
+                for (int e = 0; e < DIM; e++) {
+                    row_k[e] = cache_value(0, total - 1, h, e);
+                    row_v[e] = cache_value(1, total - 1, h, e);
+                }
                 const size_t at = ((size_t)h * CAPACITY + len) * DIM * sizeof(float);
                 clEnqueueWriteBuffer(queue, k_buf, CL_TRUE, at, sizeof row_k, row_k, 0, NULL, NULL);
                 clEnqueueWriteBuffer(queue, v_buf, CL_TRUE, at, sizeof row_v, row_v, 0, NULL, NULL);

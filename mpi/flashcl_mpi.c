@@ -120,16 +120,18 @@ static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, cons
 {
     const size_t batch = d->batch;
     long *start = calloc(batch, sizeof(long)), *total = calloc(batch, sizeof(long));
-    fcl_status s = start && total ? FCL_SUCCESS
-                                  : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+    fcl_status s = start && total
+                       ? FCL_SUCCESS
+                       : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
     int rank;
     MPI_Comm_rank(comm, &rank);
-    if (s == FCL_SUCCESS && (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
-                             MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS))
-        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths failed");
+    if (s == FCL_SUCCESS &&
+        (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
+         MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS))
+        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths");
     for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
-        const long offset = total[b] - (long)d->len_q - (rank ? start[b] : 0); /* (rank 0's
-                                                                   MPI_Exscan result is undefined) */
+        /* (MPI_Exscan leaves rank 0's result undefined: its keys come first) */
+        const long offset = total[b] - (long)d->len_q - (rank ? start[b] : 0);
         if (offset < INT32_MIN || offset > INT32_MAX)
             s = fail(FCL_ERROR_UNSUPPORTED, "sequence %zu's %ld keys exceed int32 positions", b,
                      total[b]);
