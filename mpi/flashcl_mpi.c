@@ -28,6 +28,13 @@ static fcl_status failed_call(fcl_context *ctx, fcl_status s, const char *what)
     return fail(s, "%s: %s", what, fcl_context_last_error(ctx));
 }
 
+/* ctx's OpenCL context and queue. */
+static fcl_status cl_of(fcl_context *ctx, cl_context *cl, cl_command_queue *queue)
+{
+    const fcl_status s = fcl_context_get_cl(ctx, cl, NULL, queue);
+    return s == FCL_SUCCESS ? s : failed_call(ctx, s, "fcl_context_get_cl");
+}
+
 /* What this rank's arguments must satisfy before any communication. */
 static fcl_status check_local(fcl_context *ctx, const fcl_attention_desc *d,
                               const fcl_attention_io *io)
@@ -93,10 +100,11 @@ static fcl_status agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
 static fcl_status shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
                                 const fcl_attention_io *io, long *len)
 {
+    cl_context cl;
     cl_command_queue queue;
     const size_t batch = d->batch;
     int32_t *read = calloc(batch + 1, sizeof(int32_t));
-    fcl_status s = read ? fcl_context_get_cl(ctx, NULL, NULL, &queue)
+    fcl_status s = read ? cl_of(ctx, &cl, &queue)
                         : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
     cl_mem from = io->seqlens_kv ? io->seqlens_kv : io->cu_seqlens_kv;
     if (s == FCL_SUCCESS && from &&
@@ -154,9 +162,9 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
     cl_command_queue queue;
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
-    fcl_status s = fcl_context_get_cl(ctx, &cl, NULL, &queue);
+    fcl_status s = cl_of(ctx, &cl, &queue);
     if (s != FCL_SUCCESS)
-        return failed_call(ctx, s, "fcl_context_get_cl");
+        return s;
     cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * dim * sizeof(float), NULL, &err);
     cl_mem lse = err == CL_SUCCESS
                      ? clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err)
@@ -205,9 +213,9 @@ static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size
     cl_command_queue queue;
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
-    fcl_status s = fcl_context_get_cl(ctx, &cl, NULL, &queue);
+    fcl_status s = cl_of(ctx, &cl, &queue);
     if (s != FCL_SUCCESS)
-        return failed_call(ctx, s, "fcl_context_get_cl");
+        return s;
     cl_mem *parts = calloc(2 * (size_t)n, sizeof(cl_mem));
     if (!parts)
         return fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d parts", n);
