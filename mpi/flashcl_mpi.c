@@ -1,7 +1,7 @@
 /* flashcl_mpi: sharded-KV attention over an MPI communicator (flashcl_mpi.h). Each rank runs
  * flashcl's attention on its shard with lse, the float32 partials are gathered through the
  * host, and fcl_attention_merge combines them (docs/ALGORITHMS.md: merging (m, d) states). */
-#include "flashcl_mpi.h"
+#include "mpi_internal.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -13,7 +13,7 @@ static _Thread_local char last_error[512];
 
 const char *fcl_mpi_last_error(void) { return last_error; }
 
-static fcl_status fail(fcl_status s, const char *fmt, ...)
+fcl_status mpi_fail(fcl_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -23,62 +23,63 @@ static fcl_status fail(fcl_status s, const char *fmt, ...)
 }
 
 /* A failed flashcl call: its status with the context's sentence. */
-static fcl_status failed_call(fcl_context *ctx, fcl_status s, const char *what)
+fcl_status mpi_failed_call(fcl_context *ctx, fcl_status s, const char *what)
 {
-    return fail(s, "%s: %s", what, fcl_context_last_error(ctx));
+    return mpi_fail(s, "%s: %s", what, fcl_context_last_error(ctx));
 }
 
 /* ctx's OpenCL context and queue. */
-static fcl_status cl_of(fcl_context *ctx, cl_context *cl, cl_command_queue *queue)
+fcl_status mpi_cl_of(fcl_context *ctx, cl_context *cl, cl_command_queue *queue)
 {
     const fcl_status s = fcl_context_get_cl(ctx, cl, NULL, queue);
-    return s == FCL_SUCCESS ? s : failed_call(ctx, s, "fcl_context_get_cl");
+    return s == FCL_SUCCESS ? s : mpi_failed_call(ctx, s, "fcl_context_get_cl");
 }
 
 /* What this rank's arguments must satisfy before any communication. */
-static fcl_status check_local(fcl_context *ctx, const fcl_attention_desc *d,
-                              const fcl_attention_io *io)
+fcl_status mpi_check_local(fcl_context *ctx, const fcl_attention_desc *d,
+                           const fcl_attention_io *io)
 {
     static const fcl_tensor_view zero;
     if (!ctx || !d || !io)
-        return fail(FCL_ERROR_INVALID_ARGUMENT, "the context, descriptor or io is NULL");
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "the context, descriptor or io is NULL");
     if (!io->out)
-        return fail(FCL_ERROR_INVALID_ARGUMENT, "io->out is NULL");
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "io->out is NULL");
     if (d->dtype_o != FCL_DTYPE_F32 || d->layout != FCL_LAYOUT_BHLD ||
         memcmp(&d->o_view, &zero, sizeof zero) != 0)
-        return fail(FCL_ERROR_UNSUPPORTED,
+        return mpi_fail(FCL_ERROR_UNSUPPORTED,
                     "fcl_mpi_attention_sharded writes float32 out in FCL_LAYOUT_BHLD's default "
                     "strides (dtype_o %d, layout %d, o_view set: %d)",
                     (int)d->dtype_o, (int)d->layout, memcmp(&d->o_view, &zero, sizeof zero) != 0);
     if (io->query_offsets)
-        return fail(FCL_ERROR_INVALID_ARGUMENT,
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
                     "io->query_offsets is given: the call sets them from the shards' places");
     const char *other = d->mask_type != FCL_MASK_NONE ? "a mask"
                         : io->cu_seqlens_q            ? "packed queries (cu_seqlens_q)"
                         : io->leftpad_kv              ? "leftpad_kv"
                                                       : NULL;
     if (other)
-        return fail(FCL_ERROR_UNSUPPORTED, "sharded attention does not take %s yet", other);
+        return mpi_fail(FCL_ERROR_UNSUPPORTED, "attention across ranks does not take %s yet",
+                        other);
     return FCL_SUCCESS;
 }
 
 /* Every rank's status, agreed: each rank's own where it failed, else FCL_ERROR_INVALID_ARGUMENT
  * naming the lowest failed rank; success where none failed. */
-static fcl_status agree(MPI_Comm comm, fcl_status mine, const char *stage)
+fcl_status mpi_agree(MPI_Comm comm, fcl_status mine, const char *stage)
 {
     int rank, size, first;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     const int me = mine != FCL_SUCCESS ? rank : size;
     if (MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' status %s failed", stage);
+        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' status %s failed", stage);
     if (mine != FCL_SUCCESS || first == size)
         return mine;
-    return fail(FCL_ERROR_INVALID_ARGUMENT, "rank %d failed %s", first, stage);
+    return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "rank %d failed %s", first, stage);
 }
 
 /* The ranks agree on the shapes of the queries and the output (the keys are each rank's). */
-static fcl_status agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
+fcl_status mpi_agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
 {
     static const char *names[] = {"batch", "heads_q", "len_q", "head_dim", "head_dim_v", "dtype_q"};
     const long mine[6] = {(long)d->batch,    (long)d->heads_q, (long)d->len_q,
@@ -87,30 +88,30 @@ static fcl_status agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
     long lo[6], hi[6];
     if (MPI_Allreduce(mine, lo, 6, MPI_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
         MPI_Allreduce(mine, hi, 6, MPI_LONG, MPI_MAX, comm) != MPI_SUCCESS)
-        return fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' shapes failed");
+        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' shapes failed");
     for (int i = 0; i < 6; i++)
         if (lo[i] != hi[i])
-            return fail(FCL_ERROR_INVALID_ARGUMENT, "the ranks disagree on %s (from %ld to %ld)",
+            return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "the ranks disagree on %s (from %ld to %ld)",
                         names[i], lo[i], hi[i]);
     return FCL_SUCCESS;
 }
 
 /* This rank's key count of each sequence (seqlens_kv or cu_seqlens_kv read from the device,
  * clamped to len_kv as the kernels clamp them; else len_kv) into len[0 .. batch). */
-static fcl_status shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
-                                const fcl_attention_io *io, long *len)
+fcl_status mpi_shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
+                             const fcl_attention_io *io, long *len)
 {
     cl_context cl;
     cl_command_queue queue;
     const size_t batch = d->batch;
     int32_t *read = calloc(batch + 1, sizeof(int32_t));
-    fcl_status s = read ? cl_of(ctx, &cl, &queue)
-                        : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+    fcl_status s = read ? mpi_cl_of(ctx, &cl, &queue)
+                        : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
     cl_mem from = io->seqlens_kv ? io->seqlens_kv : io->cu_seqlens_kv;
     if (s == FCL_SUCCESS && from &&
         clEnqueueReadBuffer(queue, from, CL_TRUE, 0, (batch + !io->seqlens_kv) * sizeof(int32_t),
                             read, 0, NULL, NULL) != CL_SUCCESS)
-        s = fail(FCL_ERROR_OPENCL, "reading this rank's key lengths");
+        s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's key lengths");
     for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
         const long n = !from ? (long)d->len_kv
                        : io->seqlens_kv ? (long)read[b] : (long)read[b + 1] - (long)read[b];
@@ -130,18 +131,18 @@ static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, cons
     long *start = calloc(batch, sizeof(long)), *total = calloc(batch, sizeof(long));
     fcl_status s = start && total
                        ? FCL_SUCCESS
-                       : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+                       : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
     int rank;
     MPI_Comm_rank(comm, &rank);
     if (s == FCL_SUCCESS &&
         (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
          MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS))
-        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths");
+        s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths");
     for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
         /* (MPI_Exscan leaves rank 0's result undefined: its keys come first) */
         const long offset = total[b] - (long)d->len_q - (rank ? start[b] : 0);
         if (offset < INT32_MIN || offset > INT32_MAX)
-            s = fail(FCL_ERROR_UNSUPPORTED, "sequence %zu's %ld keys exceed int32 positions", b,
+            s = mpi_fail(FCL_ERROR_UNSUPPORTED, "sequence %zu's %ld keys exceed int32 positions", b,
                      total[b]);
         else
             offsets[b] = (int32_t)offset;
@@ -162,7 +163,7 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
     cl_command_queue queue;
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
-    fcl_status s = cl_of(ctx, &cl, &queue);
+    fcl_status s = mpi_cl_of(ctx, &cl, &queue);
     if (s != FCL_SUCCESS)
         return s;
     cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * dim * sizeof(float), NULL, &err);
@@ -174,7 +175,7 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
                                                        (void *)offsets, &err)
                                       : NULL;
     if (err != CL_SUCCESS) {
-        s = fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
+        s = mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
         goto release;
     }
     fcl_attention_io local = *io;
@@ -183,7 +184,7 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
         local.sinks = NULL;
     s = fcl_attention_run(ctx, d, &local, 0, NULL, &done);
     if (s != FCL_SUCCESS) {
-        s = failed_call(ctx, s, "this rank's attention");
+        s = mpi_failed_call(ctx, s, "this rank's attention");
         goto release;
     }
     err = clEnqueueReadBuffer(queue, out, CL_TRUE, 0, rows * dim * sizeof(float), host, 1, &done,
@@ -192,7 +193,7 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
         err = clEnqueueReadBuffer(queue, lse, CL_TRUE, 0, rows * sizeof(float), host + rows * dim,
                                   1, &done, NULL);
     if (err != CL_SUCCESS)
-        s = fail(FCL_ERROR_OPENCL, "reading this rank's partial results (%d)", (int)err);
+        s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's partial results (%d)", (int)err);
 release:
     if (done)
         clReleaseEvent(done);
@@ -213,12 +214,12 @@ static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size
     cl_command_queue queue;
     cl_int err = CL_SUCCESS;
     cl_event done = NULL;
-    fcl_status s = cl_of(ctx, &cl, &queue);
+    fcl_status s = mpi_cl_of(ctx, &cl, &queue);
     if (s != FCL_SUCCESS)
         return s;
     cl_mem *parts = calloc(2 * (size_t)n, sizeof(cl_mem));
     if (!parts)
-        return fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d parts", n);
+        return mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d parts", n);
     const size_t count = rows * (dim + 1);
     for (int p = 0; p < n && err == CL_SUCCESS; p++) {
         float *part = (float *)all + (size_t)p * count;
@@ -229,18 +230,18 @@ static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size
                                           rows * sizeof(float), part + rows * dim, &err);
     }
     if (err != CL_SUCCESS) {
-        s = fail(FCL_ERROR_OUT_OF_RESOURCES, "copying the partial results to the device (%d)",
+        s = mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "copying the partial results to the device (%d)",
                  (int)err);
         goto release;
     }
     s = fcl_attention_merge(ctx, (size_t)n, rows, dim, parts, parts + n, out, lse, 0, NULL, &done);
     if (s != FCL_SUCCESS) {
-        s = failed_call(ctx, s, "merging the partial results");
+        s = mpi_failed_call(ctx, s, "merging the partial results");
         goto release;
     }
     err = clWaitForEvents(1, &done);
     if (err != CL_SUCCESS)
-        s = fail(FCL_ERROR_OPENCL, "merging the partial results (%d)", (int)err);
+        s = mpi_fail(FCL_ERROR_OPENCL, "merging the partial results (%d)", (int)err);
 release:
     if (done)
         clReleaseEvent(done);
@@ -251,39 +252,38 @@ release:
     return s;
 }
 
-/* The call on comm, whose MPI failures return (a duplicate with MPI_ERRORS_RETURN: the
- * caller's communicator keeps its own handler). */
+/* fcl_mpi_attention_sharded on comm (whose MPI failures return). */
 static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
                           const fcl_attention_io *io)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    fcl_status s = agree(comm, check_local(ctx, d, io), "validation");
+    fcl_status s = mpi_agree(comm, mpi_check_local(ctx, d, io), "validation");
     if (s == FCL_SUCCESS)
-        s = agree_shapes(comm, d);
+        s = mpi_agree_shapes(comm, d);
     if (s != FCL_SUCCESS)
         return s;
     const size_t dim = d->head_dim_v ? d->head_dim_v : d->head_dim;
     const size_t rows = d->batch * d->heads_q * d->len_q, count = rows * (dim + 1);
     if (count > INT_MAX) /* (the same on every rank) */
-        return fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message", rows,
+        return mpi_fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message", rows,
                     dim + 1);
     float *mine = malloc(count * sizeof(float));
     float *all = malloc(count * (size_t)size * sizeof(float));
     long *len = malloc(d->batch * sizeof(long));
     int32_t *offsets = malloc(d->batch * sizeof(int32_t));
     s = mine && all && len && offsets
-            ? shard_lengths(ctx, d, io, len)
-            : fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
-    s = agree(comm, s, "reading its lengths");
+            ? mpi_shard_lengths(ctx, d, io, len)
+            : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
+    s = mpi_agree(comm, s, "reading its lengths");
     if (s == FCL_SUCCESS)
-        s = agree(comm, shard_offsets(comm, d, len, offsets), "placing its keys");
+        s = mpi_agree(comm, shard_offsets(comm, d, len, offsets), "placing its keys");
     if (s == FCL_SUCCESS)
-        s = agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine), "its attention");
+        s = mpi_agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine), "its attention");
     if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
                                           comm) != MPI_SUCCESS)
-        s = fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
+        s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
     if (s == FCL_SUCCESS)
         s = merge_partials(ctx, all, size, rows, dim, io->out, io->lse);
     free(mine);
@@ -293,15 +293,21 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
     return s;
 }
 
-fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                                     const fcl_attention_io *io)
+fcl_status mpi_on_own_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
+                           const fcl_attention_desc *d, const fcl_attention_io *io)
 {
     MPI_Comm own;
     last_error[0] = '\0';
     if (comm == MPI_COMM_NULL || MPI_Comm_dup(comm, &own) != MPI_SUCCESS)
-        return fail(FCL_ERROR_INVALID_ARGUMENT, "comm is not a valid communicator");
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "comm is not a valid communicator");
     MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN);
-    const fcl_status s = sharded(ctx, own, d, io);
+    const fcl_status s = run(ctx, own, d, io);
     MPI_Comm_free(&own);
     return s;
+}
+
+fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
+                                     const fcl_attention_io *io)
+{
+    return mpi_on_own_comm(sharded, ctx, comm, d, io);
 }

@@ -35,11 +35,27 @@ extern "C" {
  * What this first form takes: out float32 with the default strides of FCL_LAYOUT_BHLD
  * ([batch][heads][len_q][head_dim_v], o_view all zero); not masks, packed queries
  * (cu_seqlens_q) or leftpad_kv (FCL_ERROR_UNSUPPORTED), nor query_offsets of the caller's. */
-fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                                     const fcl_attention_io *io);
+FCL_API fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm,
+                                             const fcl_attention_desc *d,
+                                             const fcl_attention_io *io);
+
+/* Ring attention (context-parallel prefill): each rank holds a block of the sequences, its
+ * queries and the keys and values of the same positions, the blocks in rank order (rank 0
+ * each sequence's first tokens); d and io describe this rank's block as fcl_attention_run
+ * takes it (its own per-sequence key lengths in seqlens_kv; its len_q queries sit at the
+ * last len_q positions of its keys, bottom-right as in one call). The K and V blocks travel
+ * around the ring (MPI_Isend / MPI_Irecv through the host, the next block in flight while
+ * the current one is computed); each rank's queries get the attention over every rank's
+ * keys in io->out (and io->lse), causality, windows and ALiBi at the keys' places in the
+ * whole sequences (query_offsets), the partials merged as they arrive
+ * (fcl_attention_merge). With causality, a block whose keys all follow a rank's queries is
+ * skipped. Every rank's K and V buffers are of one size and d's views apply to each block;
+ * contiguous (not paged or packed) K/V; otherwise as fcl_mpi_attention_sharded. */
+FCL_API fcl_status fcl_mpi_attention_ring(fcl_context *ctx, MPI_Comm comm,
+                                          const fcl_attention_desc *d, const fcl_attention_io *io);
 
 /* The sentence of the calling thread's last failed flashcl_mpi call ("" before any). */
-const char *fcl_mpi_last_error(void);
+FCL_API const char *fcl_mpi_last_error(void);
 
 #ifdef __cplusplus
 }

@@ -168,6 +168,94 @@ static void test_sharded_decode(void **state)
         check_sharded(&cases[i], lens);
 }
 
+/* Ring attention: every rank holds block_len tokens of each sequence (its queries and their
+ * keys and values), the blocks in rank order; its queries' rows of the result against the
+ * float64 reference of the whole sequences. */
+static void check_ring(size_t block_len, fcl_causal causal, size_t window, int alibi, int sinks,
+                       fcl_dtype dtype_kv)
+{
+    const size_t B = 2, Hq = 8, Hk = 2, D = 64, N = block_len * (size_t)ranks;
+    const size_t es = chk_dtype_size(dtype_kv), rows = B * Hq * block_len;
+    float *q = chk_random_tensor(B * Hq * N * D, FCL_DTYPE_F32, &rng);
+    void *k = chk_random_tensor(B * Hk * N * D, dtype_kv, &rng);
+    void *v = chk_random_tensor(B * Hk * N * D, dtype_kv, &rng);
+    float slopes[8], sink[8];
+    for (size_t h = 0; h < Hq; h++)
+        slopes[h] = 0.25f / (float)(h + 1), sink[h] = (float)chk_normal(&rng);
+    float *lq = malloc(rows * D * 4);
+    unsigned char *lk = malloc(B * Hk * block_len * D * es), *lv = malloc(B * Hk * block_len * D * es);
+    assert_true(q && k && v && lq && lk && lv);
+    const size_t first = (size_t)rank * block_len; /* this rank's block of [b][h][token][dim] */
+    for (size_t b = 0; b < B; b++) {
+        for (size_t h = 0; h < Hq; h++)
+            memcpy(lq + (b * Hq + h) * block_len * D, q + ((b * Hq + h) * N + first) * D,
+                   block_len * D * 4);
+        for (size_t h = 0; h < Hk; h++) {
+            const size_t to = (b * Hk + h) * block_len * D * es, from = ((b * Hk + h) * N + first) * D * es;
+            memcpy(lk + to, (unsigned char *)k + from, block_len * D * es);
+            memcpy(lv + to, (unsigned char *)v + from, block_len * D * es);
+        }
+    }
+    fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = block_len,
+                            .len_kv = block_len, .head_dim = D, .causal = causal,
+                            .dtype_kv = dtype_kv, .window = window > 0,
+                            .window_left = window, .window_right = window};
+    fcl_attention_io io = {.q = device_copy(lq, rows * D * 4),
+                           .k = device_copy(lk, B * Hk * block_len * D * es),
+                           .v = device_copy(lv, B * Hk * block_len * D * es),
+                           .out = device_copy(NULL, rows * D * 4), .lse = device_copy(NULL, rows * 4),
+                           .alibi_slopes = alibi ? device_copy(slopes, Hq * 4) : NULL,
+                           .sinks = sinks ? device_copy(sink, Hq * 4) : NULL};
+    fcl_status s = fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, &d, &io);
+    if (s != FCL_SUCCESS)
+        fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
+    float *out = malloc(rows * D * 4), *lse = malloc(rows * 4);
+    double *got = malloc(rows * D * sizeof(double)), *want = malloc(rows * D * sizeof(double));
+    double *want_lse = malloc(rows * sizeof(double));
+    assert_true(out && lse && got && want && want_lse);
+    cl_command_queue queue;
+    fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, rows * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
+    fcl_attention_desc whole = d;
+    whole.len_q = whole.len_kv = N;
+    whole = chk_attention_defaults(whole);
+    const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .alibi_slopes = alibi ? slopes : NULL,
+                                        .sinks = sinks ? sink : NULL};
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++)
+            for (size_t i = 0; i < block_len; i++) {
+                const size_t row = (b * Hq + h) * block_len + i;
+                chk_attention_row_io(&whole, &host, b, h, first + i, want + row * D, &want_lse[row]);
+            }
+    for (size_t e = 0; e < rows * D; e++)
+        got[e] = out[e];
+    chk_report rep;
+    if (!chk_compare_values(got, want, rows * D, chk_attention_tolerance(&whole), &rep))
+        fail_msg("ring, rank %d of %d (causal %d window %zu alibi %d): %zu of %zu off, first %zu "
+                 "got %g want %g", rank, ranks, causal, window, alibi, rep.bad, rep.checked,
+                 rep.first_bad, rep.got, rep.want);
+    if (!chk_compare_lse(lse, want_lse, rows, &rep))
+        fail_msg("ring, rank %d: lse %zu got %.9g want %.9g", rank, rep.first_bad, rep.got, rep.want);
+    cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.alibi_slopes, io.sinks};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            clReleaseMemObject(all[i]);
+    free(q), free(k), free(v), free(lq), free(lk), free(lv), free(out), free(lse);
+    free(got), free(want), free(want_lse);
+}
+
+/* Prefill over blocks on the ranks: causal (blocks after the queries skipped), not causal,
+ * a window and ALiBi across blocks, sinks once, f16 K/V, GQA. */
+static void test_ring_prefill(void **state)
+{
+    (void)state;
+    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, FCL_DTYPE_F32);
+    check_ring(17, FCL_CAUSAL_NONE, 0, 0, 1, FCL_DTYPE_F16);
+    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 30, 0, 0, FCL_DTYPE_F16);
+    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 1, 1, FCL_DTYPE_F32);
+}
+
 /* A rank that refuses its arguments leaves no other waiting: every rank returns an error
  * (the refusing rank its own sentence, the others naming it); ranks that disagree on a shape
  * all refuse. */
@@ -182,7 +270,7 @@ static void test_refusals_reach_every_rank(void **state)
     fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (rank == 0) {
         assert_int_equal(s, FCL_ERROR_UNSUPPORTED);
-        assert_non_null(strstr(fcl_mpi_last_error(), "sharded attention does not take a mask yet"));
+        assert_non_null(strstr(fcl_mpi_last_error(), "attention across ranks does not take a mask yet"));
     } else {
         assert_int_equal(s, FCL_ERROR_INVALID_ARGUMENT);
         assert_non_null(strstr(fcl_mpi_last_error(), "rank 0 failed validation"));
@@ -212,6 +300,7 @@ int main(int argc, char **argv)
     rank_rng = chk_rng_seeded(seed ^ (0x9e3779b97f4a7c15ull * (unsigned long long)(rank + 1)));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_decode),
+        cmocka_unit_test(test_ring_prefill),
         cmocka_unit_test(test_refusals_reach_every_rank),
     };
     const int failed = support_run_tests(tests);
