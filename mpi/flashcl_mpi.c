@@ -1,6 +1,8 @@
-/* flashcl_mpi: sharded-KV attention over an MPI communicator (flashcl_mpi.h). Each rank runs
- * flashcl's attention on its shard with lse, the float32 partials are gathered through the
- * host, and fcl_attention_merge combines them (docs/ALGORITHMS.md: merging (m, d) states). */
+/* flashcl_mpi: what its calls share (mpi_internal.h: errors, validation and agreement across
+ * the ranks, lengths, the duplicate communicator) and sharded-KV attention
+ * (fcl_mpi_attention_sharded): each rank runs flashcl's attention on its shard with lse, the
+ * float32 partials are gathered through the host, and fcl_attention_merge combines them
+ * (docs/ALGORITHMS.md: merging (m, d) states). Ring prefill is ring.c. */
 #include "mpi_internal.h"
 
 #include <limits.h>
