@@ -125,20 +125,19 @@ fcl_status mpi_shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
 
 /* Where each sequence's queries are among this rank's keys (query_offsets): ranks hold the
  * keys in rank order, and the queries are the whole sequence's last len_q positions, so
- * query i is at total(b) - len_q + i, and this rank's key 0 at the keys of the lower ranks. */
-static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, const long *len,
+ * query i is at total(b) - len_q + i, and this rank's key 0 at the keys of the lower ranks.
+ * len: this rank's lengths, then room for the starts and the totals (allocated by the
+ * caller before agreeing, so that every rank reaches these collectives). */
+static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, long *len,
                                 int32_t *offsets)
 {
     const size_t batch = d->batch;
-    long *start = calloc(batch, sizeof(long)), *total = calloc(batch, sizeof(long));
-    fcl_status s = start && total
-                       ? FCL_SUCCESS
-                       : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu lengths", batch);
+    long *start = len + batch, *total = len + 2 * batch;
+    fcl_status s = FCL_SUCCESS;
     int rank;
     MPI_Comm_rank(comm, &rank);
-    if (s == FCL_SUCCESS &&
-        (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
-         MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS))
+    if (MPI_Exscan(len, start, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS ||
+        MPI_Allreduce(len, total, (int)batch, MPI_LONG, MPI_SUM, comm) != MPI_SUCCESS)
         s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Exscan or MPI_Allreduce of the shards' lengths");
     for (size_t b = 0; s == FCL_SUCCESS && b < batch; b++) {
         /* (MPI_Exscan leaves rank 0's result undefined: its keys come first) */
@@ -149,8 +148,6 @@ static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, cons
         else
             offsets[b] = (int32_t)offset;
     }
-    free(start);
-    free(total);
     return s;
 }
 
@@ -273,7 +270,7 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
                     dim + 1);
     float *mine = malloc(count * sizeof(float));
     float *all = malloc(count * (size_t)size * sizeof(float));
-    long *len = malloc(d->batch * sizeof(long));
+    long *len = malloc(3 * d->batch * sizeof(long)); /* lengths, starts, totals */
     int32_t *offsets = malloc(d->batch * sizeof(int32_t));
     s = mine && all && len && offsets
             ? mpi_shard_lengths(ctx, d, io, len)

@@ -50,14 +50,11 @@ static fcl_status agree_sizes(MPI_Comm comm, const size_t bytes[2])
     return FCL_SUCCESS;
 }
 
-/* Every rank's lengths (an MPI_Allgather of this rank's) and their blocks' starts. */
+/* Every rank's lengths (an MPI_Allgather of this rank's) and their blocks' starts (pl's
+ * arrays allocated before agreeing, so that every rank reaches the collective). */
 static fcl_status gather_places(MPI_Comm comm, int size, size_t batch, const long *mine,
                                 ring_places *pl)
 {
-    pl->lens = malloc((size_t)size * batch * sizeof(long));
-    pl->starts = calloc((size_t)size * batch, sizeof(long));
-    if (!pl->lens || !pl->starts)
-        return mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d ranks' lengths", size);
     if (MPI_Allgather(mine, (int)batch, MPI_LONG, pl->lens, (int)batch, MPI_LONG, comm) !=
         MPI_SUCCESS)
         return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the blocks' lengths failed");
@@ -179,7 +176,10 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc
                                  {malloc(bytes[0] + 1), malloc(bytes[1] + 1)}};
     long *mine = malloc(batch * sizeof(long));
     int32_t *lens = malloc(batch * sizeof(int32_t)), *offsets = malloc(batch * sizeof(int32_t));
-    s = held[0][0] && held[0][1] && held[1][0] && held[1][1] && mine && lens && offsets
+    pl.lens = malloc((size_t)size * batch * sizeof(long));
+    pl.starts = calloc((size_t)size * batch, sizeof(long));
+    s = held[0][0] && held[0][1] && held[1][0] && held[1][1] && mine && lens && offsets &&
+                pl.lens && pl.starts
             ? mpi_cl_of(ctx, &cl, &queue)
             : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating the ring's host blocks");
     if (s == FCL_SUCCESS)
