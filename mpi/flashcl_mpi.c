@@ -74,7 +74,8 @@ fcl_status mpi_agree(MPI_Comm comm, fcl_status mine, const char *stage)
     MPI_Comm_size(comm, &size);
     const int me = mine != FCL_SUCCESS ? rank : size;
     if (MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' status %s failed", stage);
+        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' status %s failed",
+                        stage);
     if (mine != FCL_SUCCESS || first == size)
         return mine;
     return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "rank %d failed %s", first, stage);
@@ -93,7 +94,8 @@ fcl_status mpi_agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
         return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' shapes failed");
     for (int i = 0; i < 6; i++)
         if (lo[i] != hi[i])
-            return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "the ranks disagree on %s (from %ld to %ld)",
+            return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
+                            "the ranks disagree on %s (from %ld to %ld)",
                         names[i], lo[i], hi[i]);
     return FCL_SUCCESS;
 }
@@ -266,7 +268,8 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
     const size_t dim = d->head_dim_v ? d->head_dim_v : d->head_dim;
     const size_t rows = d->batch * d->heads_q * d->len_q, count = rows * (dim + 1);
     if (count > INT_MAX) /* (the same on every rank) */
-        return mpi_fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message", rows,
+        return mpi_fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message",
+                        rows,
                     dim + 1);
     float *mine = malloc(count * sizeof(float));
     float *all = malloc(count * (size_t)size * sizeof(float));
@@ -279,7 +282,8 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
     if (s == FCL_SUCCESS)
         s = mpi_agree(comm, shard_offsets(comm, d, len, offsets), "placing its keys");
     if (s == FCL_SUCCESS)
-        s = mpi_agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine), "its attention");
+        s = mpi_agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine),
+                      "its attention");
     if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
                                           comm) != MPI_SUCCESS)
         s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");

@@ -60,7 +60,8 @@ static fcl_status gather_places(MPI_Comm comm, int size, size_t batch, const lon
         return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the blocks' lengths failed");
     for (int r = 1; r < size; r++)
         for (size_t b = 0; b < batch; b++)
-            pl->starts[r * batch + b] = pl->starts[(r - 1) * batch + b] + pl->lens[(r - 1) * batch + b];
+            pl->starts[r * batch + b] =
+                pl->starts[(r - 1) * batch + b] + pl->lens[(r - 1) * batch + b];
     return FCL_SUCCESS;
 }
 
@@ -100,7 +101,8 @@ static fcl_status ring_buffers_create(cl_context cl, const fcl_attention_desc *d
         *all[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizes[i] ? sizes[i] : 4, NULL, &err);
     return err == CL_SUCCESS
                ? FCL_SUCCESS
-               : mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the ring's buffers (%d)", (int)err);
+               : mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the ring's buffers (%d)",
+                          (int)err);
 }
 
 static void ring_buffers_release(ring_buffers *rb)
