@@ -95,8 +95,7 @@ fcl_status mpi_agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
     for (int i = 0; i < 6; i++)
         if (lo[i] != hi[i])
             return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
-                            "the ranks disagree on %s (from %ld to %ld)",
-                        names[i], lo[i], hi[i]);
+                            "the ranks disagree on %s (from %ld to %ld)", names[i], lo[i], hi[i]);
     return FCL_SUCCESS;
 }
 
