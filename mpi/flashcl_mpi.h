@@ -50,7 +50,8 @@ FCL_API fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm,
  * whole sequences (query_offsets), the partials merged as they arrive
  * (fcl_attention_merge). With causality, a block whose keys all follow a rank's queries is
  * skipped. Every rank's K and V buffers are of one size and d's views apply to each block;
- * contiguous (not paged or packed) K/V; otherwise as fcl_mpi_attention_sharded. */
+ * contiguous (not paged or packed) K/V without scale buffers (FCL_ERROR_UNSUPPORTED);
+ * otherwise as fcl_mpi_attention_sharded. */
 FCL_API fcl_status fcl_mpi_attention_ring(fcl_context *ctx, MPI_Comm comm,
                                           const fcl_attention_desc *d, const fcl_attention_io *io);
 
