@@ -84,15 +84,21 @@ fcl_status mpi_agree(MPI_Comm comm, fcl_status mine, const char *stage)
 /* The ranks agree on the shapes of the queries and the output (the keys are each rank's). */
 fcl_status mpi_agree_shapes(MPI_Comm comm, const fcl_attention_desc *d)
 {
-    static const char *names[] = {"batch", "heads_q", "len_q", "head_dim", "head_dim_v", "dtype_q"};
+    static const char *const names[] = {"batch",    "heads_q",    "len_q",
+                                        "head_dim", "head_dim_v", "dtype_q"};
     const long mine[6] = {(long)d->batch,    (long)d->heads_q, (long)d->len_q,
                           (long)d->head_dim, (long)(d->head_dim_v ? d->head_dim_v : d->head_dim),
                           (long)d->dtype_q};
-    long lo[6], hi[6];
-    if (MPI_Allreduce(mine, lo, 6, MPI_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
-        MPI_Allreduce(mine, hi, 6, MPI_LONG, MPI_MAX, comm) != MPI_SUCCESS)
-        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the ranks' shapes failed");
-    for (int i = 0; i < 6; i++)
+    return mpi_agree_values(comm, mine, names, 6);
+}
+
+fcl_status mpi_agree_values(MPI_Comm comm, const long *mine, const char *const *names, int n)
+{
+    long lo[8], hi[8];
+    if (MPI_Allreduce(mine, lo, n, MPI_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
+        MPI_Allreduce(mine, hi, n, MPI_LONG, MPI_MAX, comm) != MPI_SUCCESS)
+        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of what the ranks agree on failed");
+    for (int i = 0; i < n; i++)
         if (lo[i] != hi[i])
             return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
                             "the ranks disagree on %s (from %ld to %ld)", names[i], lo[i], hi[i]);

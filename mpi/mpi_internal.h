@@ -19,6 +19,8 @@ fcl_status mpi_check_local(fcl_context *ctx, const fcl_attention_desc *d,
 fcl_status mpi_agree(MPI_Comm comm, fcl_status mine, const char *stage);
 /* The ranks agree on the queries' and the output's shapes (collective). */
 fcl_status mpi_agree_shapes(MPI_Comm comm, const fcl_attention_desc *d);
+/* ... on n (at most 8) values, mine[i] named names[i] (collective). */
+fcl_status mpi_agree_values(MPI_Comm comm, const long *mine, const char *const *names, int n);
 /* This rank's key count of each sequence, as the kernels clamp them, into len[0 .. batch). */
 fcl_status mpi_shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
                              const fcl_attention_io *io, long *len);

@@ -37,17 +37,9 @@ static fcl_status check_ring(const fcl_attention_desc *d, const fcl_attention_io
 /* The ranks' K and V buffers are of one size (collective). */
 static fcl_status agree_sizes(MPI_Comm comm, const size_t bytes[2])
 {
+    static const char *const names[] = {"k's buffer size", "v's buffer size"};
     const long mine[2] = {(long)bytes[0], (long)bytes[1]};
-    long lo[2], hi[2];
-    if (MPI_Allreduce(mine, lo, 2, MPI_LONG, MPI_MIN, comm) != MPI_SUCCESS ||
-        MPI_Allreduce(mine, hi, 2, MPI_LONG, MPI_MAX, comm) != MPI_SUCCESS)
-        return mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allreduce of the K/V buffer sizes failed");
-    for (int i = 0; i < 2; i++)
-        if (lo[i] != hi[i])
-            return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
-                            "the ranks' %s buffers differ in size (from %ld to %ld bytes)",
-                            i ? "v" : "k", lo[i], hi[i]);
-    return FCL_SUCCESS;
+    return mpi_agree_values(comm, mine, names, 2);
 }
 
 /* Every rank's lengths (an MPI_Allgather of this rank's) and their blocks' starts (pl's
