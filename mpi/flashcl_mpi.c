@@ -274,8 +274,7 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
     const size_t rows = d->batch * d->heads_q * d->len_q, count = rows * (dim + 1);
     if (count > INT_MAX) /* (the same on every rank) */
         return mpi_fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message",
-                        rows,
-                    dim + 1);
+                        rows, dim + 1);
     float *mine = malloc(count * sizeof(float));
     float *all = malloc(count * (size_t)size * sizeof(float));
     long *len = malloc(3 * d->batch * sizeof(long)); /* lengths, starts, totals */
@@ -284,11 +283,12 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
             ? mpi_shard_lengths(ctx, d, io, len)
             : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
     s = mpi_agree(comm, s, "reading its lengths");
-    if (s == FCL_SUCCESS)
-        s = mpi_agree(comm, shard_offsets(comm, d, len, offsets), "placing its keys");
-    if (s == FCL_SUCCESS)
-        s = mpi_agree(comm, local_partial(ctx, d, io, offsets, rank, rows, dim, mine),
-                      "its attention");
+    if (s == FCL_SUCCESS) { /* (both local after shard_offsets' collectives: one agreement) */
+        s = shard_offsets(comm, d, len, offsets);
+        if (s == FCL_SUCCESS)
+            s = local_partial(ctx, d, io, offsets, rank, rows, dim, mine);
+        s = mpi_agree(comm, s, "its attention");
+    }
     if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
                                           comm) != MPI_SUCCESS)
         s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
