@@ -292,14 +292,21 @@ def _run_attention(context, desc, bufs, out_shape, lse_shape, want_lse):
 
 
 def _enqueue(ctx, run, desc, io, inputs, outputs):
-    """run (fcl_attention_run, fcl_softmax_run) enqueued after the inputs' events, its event
-    added to the outputs' (PyOpenCL arrays)."""
+    """run (fcl_attention_run, fcl_softmax_run, fcl_kv_write) of desc and io, as
+    _enqueue_call."""
+    _enqueue_call(ctx, lambda n, wait, done: run(ctx._handle, ctypes.byref(desc),
+                                                 ctypes.byref(io), n, wait, done),
+                  inputs, outputs)
+
+
+def _enqueue_call(ctx, call, inputs, outputs):
+    """call(n_wait, wait, done), a flashcl call on ctx, enqueued after the inputs' events, its
+    event added to the outputs' (PyOpenCL arrays)."""
     import pyopencl as cl
     waits = [e.int_ptr for a in inputs for e in a.events]
     wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
     done = ctypes.c_void_p()
-    ctx._check(run(ctx._handle, ctypes.byref(desc), ctypes.byref(io), len(waits),
-                   wait_list if waits else None, ctypes.byref(done)))
+    ctx._check(call(len(waits), wait_list if waits else None, ctypes.byref(done)))
     event = cl.Event.from_int_ptr(done.value, retain=False)
     for a in outputs:
         a.add_event(event)
@@ -805,17 +812,11 @@ def _merge_device(context, outs, lses, rows, dim, shape):
     ctx = context or _queue_context(queue)
     out, lse = cla.empty(queue, shape, np.float32), cla.empty(queue, shape[:-1], np.float32)
     n = len(outs)
-    waits = [e.int_ptr for a in list(outs) + list(lses) for e in a.events]
-    wait_list = (ctypes.c_void_p * max(len(waits), 1))(*waits)
-    done = ctypes.c_void_p()
-    ctx._check(lib.fcl_attention_merge(
-        ctx._handle, n, rows, dim, (ctypes.c_void_p * n)(*[o.base_data.int_ptr for o in outs]),
-        (ctypes.c_void_p * n)(*[s.base_data.int_ptr for s in lses]), out.base_data.int_ptr,
-        lse.base_data.int_ptr, len(waits), wait_list if waits else None, ctypes.byref(done)))
-    import pyopencl as cl
-    event = cl.Event.from_int_ptr(done.value, retain=False)
-    out.add_event(event)
-    lse.add_event(event)
+    part_outs = (ctypes.c_void_p * n)(*[o.base_data.int_ptr for o in outs])
+    part_lses = (ctypes.c_void_p * n)(*[s.base_data.int_ptr for s in lses])
+    _enqueue_call(ctx, lambda n_wait, wait, done: lib.fcl_attention_merge(
+        ctx._handle, n, rows, dim, part_outs, part_lses, out.base_data.int_ptr,
+        lse.base_data.int_ptr, n_wait, wait, done), list(outs) + list(lses), (out, lse))
     return out, lse
 
 
