@@ -6,6 +6,7 @@
 #include "support.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,44 @@ static cl_mem device_copy(const void *host, size_t bytes)
                               bytes ? bytes : 4, (void *)host, &err);
     assert_int_equal(err, CL_SUCCESS);
     return m;
+}
+
+/* This rank's out and lse (io's float32 [batch][heads][len_q] rows) against the float64
+ * reference over the whole problem (whole, host), at the whole's queries first .. first +
+ * len_q - 1. */
+static void check_rank_rows(const fcl_attention_io *io, fcl_attention_desc whole,
+                            const fcl_attention_host_io *host, size_t first, size_t len_q,
+                            const char *what)
+{
+    whole = chk_attention_defaults(whole);
+    const size_t B = whole.batch, Hq = whole.heads_q, D = whole.head_dim_v, rows = B * Hq * len_q;
+    float *out = malloc(rows * D * sizeof(float)), *lse = malloc(rows * sizeof(float));
+    double *got = malloc(rows * D * sizeof(double)), *want = malloc(rows * D * sizeof(double));
+    double *want_lse = malloc(rows * sizeof(double));
+    assert_true(out && lse && got && want && want_lse);
+    cl_command_queue queue;
+    fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
+    assert_int_equal(clEnqueueReadBuffer(queue, io->out, CL_TRUE, 0, rows * D * 4, out, 0, NULL,
+                                         NULL), CL_SUCCESS);
+    assert_int_equal(clEnqueueReadBuffer(queue, io->lse, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL),
+                     CL_SUCCESS);
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++)
+            for (size_t i = 0; i < len_q; i++) {
+                const size_t row = (b * Hq + h) * len_q + i;
+                chk_attention_row_io(&whole, host, b, h, first + i, want + row * D, &want_lse[row]);
+            }
+    for (size_t e = 0; e < rows * D; e++)
+        got[e] = out[e];
+    chk_report rep;
+    if (!chk_compare_values(got, want, rows * D, chk_attention_tolerance(&whole), &rep))
+        fail_msg("%s, rank %d of %d: %zu of %zu off, first %zu got %g want %g (max |err| %.3g)",
+                 what, rank, ranks, rep.bad, rep.checked, rep.first_bad, rep.got, rep.want,
+                 rep.max_abs_err);
+    if (!chk_compare_lse(lse, want_lse, rows, &rep))
+        fail_msg("%s, rank %d: lse %zu got %.9g want %.9g", what, rank, rep.first_bad, rep.got,
+                 rep.want);
+    free(out), free(lse), free(got), free(want), free(want_lse);
 }
 
 static void check_sharded(const sharded_case *c, const int32_t *lens)
@@ -97,7 +136,6 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
                             .window_left = c->window, .window_right = 0};
     if (c->page_size)
         d.page_size = ps, d.num_pages = pages, d.block_table_stride = per_seq;
-    float *out = malloc(rows * D * sizeof(float)), *lse = malloc(rows * sizeof(float));
     fcl_attention_io io = {.q = device_copy(q, rows * D * 4),
                            .k = device_copy(lk, pages * Hk * ps * D * es),
                            .v = device_copy(lv, pages * Hk * ps * D * es),
@@ -110,42 +148,19 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     fcl_status s = fcl_mpi_attention_sharded(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
-    cl_command_queue queue;
-    fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, rows * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
-
     /* the float64 reference over the whole sequence */
     fcl_attention_desc whole = d;
     whole.len_kv = cap, whole.page_size = whole.num_pages = whole.block_table_stride = 0;
-    whole = chk_attention_defaults(whole);
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .seqlens_kv = lens,
                                         .sinks = c->sinks ? sinks : NULL,
                                         .alibi_slopes = c->alibi ? slopes : NULL};
-    double *want = malloc(rows * D * sizeof(double)), *got = malloc(rows * D * sizeof(double));
-    double *want_lse = malloc(rows * sizeof(double));
-    assert_true(out && lse && want && got && want_lse);
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < Lq; i++) {
-                const size_t row = (b * Hq + h) * Lq + i;
-                chk_attention_row_io(&whole, &host, b, h, i, want + row * D, &want_lse[row]);
-            }
-    for (size_t e = 0; e < rows * D; e++)
-        got[e] = out[e];
-    chk_report rep;
-    if (!chk_compare_values(got, want, rows * D, chk_attention_tolerance(&whole), &rep))
-        fail_msg("rank %d of %d: %zu of %zu off, first %zu got %g want %g (max |err| %.3g)", rank,
-                 ranks, rep.bad, rep.checked, rep.first_bad, rep.got, rep.want, rep.max_abs_err);
-    if (!chk_compare_lse(lse, want_lse, rows, &rep))
-        fail_msg("rank %d: lse %zu got %.9g want %.9g", rank, rep.first_bad, rep.got, rep.want);
+    check_rank_rows(&io, whole, &host, 0, Lq, "sharded");
     cl_mem all[] = {io.q,          io.k,           io.v,     io.out,         io.lse,
                     io.seqlens_kv, io.block_table, io.sinks, io.alibi_slopes};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    free(q), free(k), free(v), free(table), free(lk), free(lv), free(out), free(lse);
-    free(want), free(got), free(want_lse);
+    free(q), free(k), free(v), free(table), free(lk), free(lv);
 }
 
 /* GQA decoding over contiguous f32 shards and paged f16 ones (pages of 16 and 5, shuffled),
@@ -209,40 +224,18 @@ static void check_ring(size_t block_len, fcl_causal causal, size_t window, int a
     fcl_status s = fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
-    float *out = malloc(rows * D * 4), *lse = malloc(rows * 4);
-    double *got = malloc(rows * D * sizeof(double)), *want = malloc(rows * D * sizeof(double));
-    double *want_lse = malloc(rows * sizeof(double));
-    assert_true(out && lse && got && want && want_lse);
-    cl_command_queue queue;
-    fcl_context_get_cl(support_ctx, NULL, NULL, &queue);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.out, CL_TRUE, 0, rows * D * 4, out, 0, NULL, NULL), CL_SUCCESS);
-    assert_int_equal(clEnqueueReadBuffer(queue, io.lse, CL_TRUE, 0, rows * 4, lse, 0, NULL, NULL), CL_SUCCESS);
     fcl_attention_desc whole = d;
     whole.len_q = whole.len_kv = N;
-    whole = chk_attention_defaults(whole);
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .alibi_slopes = alibi ? slopes : NULL,
                                         .sinks = sinks ? sink : NULL};
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < block_len; i++) {
-                const size_t row = (b * Hq + h) * block_len + i;
-                chk_attention_row_io(&whole, &host, b, h, first + i, want + row * D, &want_lse[row]);
-            }
-    for (size_t e = 0; e < rows * D; e++)
-        got[e] = out[e];
-    chk_report rep;
-    if (!chk_compare_values(got, want, rows * D, chk_attention_tolerance(&whole), &rep))
-        fail_msg("ring, rank %d of %d (causal %d window %zu alibi %d): %zu of %zu off, first %zu "
-                 "got %g want %g", rank, ranks, causal, window, alibi, rep.bad, rep.checked,
-                 rep.first_bad, rep.got, rep.want);
-    if (!chk_compare_lse(lse, want_lse, rows, &rep))
-        fail_msg("ring, rank %d: lse %zu got %.9g want %.9g", rank, rep.first_bad, rep.got, rep.want);
+    char what[96];
+    snprintf(what, sizeof what, "ring (causal %d window %zu alibi %d)", causal, window, alibi);
+    check_rank_rows(&io, whole, &host, first, block_len, what);
     cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.alibi_slopes, io.sinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    free(q), free(k), free(v), free(lq), free(lk), free(lv), free(out), free(lse);
-    free(got), free(want), free(want_lse);
+    free(q), free(k), free(v), free(lq), free(lk), free(lv);
 }
 
 /* Prefill over blocks on the ranks: causal (blocks after the queries skipped), not causal,
