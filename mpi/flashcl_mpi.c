@@ -19,6 +19,7 @@ fcl_status mpi_fail(fcl_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    // NOLINTNEXTLINE(clang-analyzer-valist.Uninitialized) (as src/status.c's)
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return s;
@@ -49,7 +50,7 @@ fcl_status mpi_check_local(fcl_context *ctx, const fcl_attention_desc *d,
     if (d->dtype_o != FCL_DTYPE_F32 || d->layout != FCL_LAYOUT_BHLD ||
         memcmp(&d->o_view, &zero, sizeof zero) != 0)
         return mpi_fail(FCL_ERROR_UNSUPPORTED,
-                    "fcl_mpi_attention_sharded writes float32 out in FCL_LAYOUT_BHLD's default "
+                    "flashcl_mpi writes float32 out in FCL_LAYOUT_BHLD's default "
                     "strides (dtype_o %d, layout %d, o_view set: %d)",
                     (int)d->dtype_o, (int)d->layout, memcmp(&d->o_view, &zero, sizeof zero) != 0);
     if (io->query_offsets)
@@ -130,6 +131,30 @@ fcl_status mpi_shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
     return s;
 }
 
+int mpi_places_matter(const fcl_attention_desc *d, const fcl_attention_io *io,
+                      const int32_t *offsets, const long *lens)
+{
+    if (d->window || io->alibi_slopes)
+        return 1;
+    for (size_t b = 0; d->causal != FCL_CAUSAL_NONE && b < d->batch; b++) {
+        const long keys = lens ? lens[b] : (long)d->len_kv;
+        if (keys > 0 && offsets[b] < keys - 1) /* (query 0 sees key j where j <= offsets[b]) */
+            return 1;
+    }
+    return 0;
+}
+
+void mpi_part_places(fcl_attention_desc *d, fcl_attention_io *io, const int32_t *offsets,
+                     const long *lens, cl_mem places)
+{
+    if (mpi_places_matter(d, io, offsets, lens)) {
+        io->query_offsets = places;
+    } else {
+        io->query_offsets = NULL;
+        d->causal = FCL_CAUSAL_NONE;
+    }
+}
+
 /* Where each sequence's queries are among this rank's keys (query_offsets): ranks hold the
  * keys in rank order, and the queries are the whole sequence's last len_q positions, so
  * query i is at total(b) - len_q + i, and this rank's key 0 at the keys of the lower ranks.
@@ -158,63 +183,74 @@ static fcl_status shard_offsets(MPI_Comm comm, const fcl_attention_desc *d, long
     return s;
 }
 
-/* This rank's partial (out rows, then lse) into host[0 .. rows * (dim + 1)): attention over
- * its shard with lse, at the queries' places among its keys (offsets), sinks on rank 0 only
- * (they count once in the merge). */
+/* This rank's partial result: in io->out and io->lse (or a buffer of its own, owned_lse, where
+ * io->lse is NULL), and the host copy the others get. */
+typedef struct {
+    cl_mem out, lse, owned_lse, places;
+    float *host; /* rows * dim out values, then rows lse */
+} shard_partial;
+
+static void partial_release(shard_partial *part)
+{
+    if (part->owned_lse)
+        clReleaseMemObject(part->owned_lse);
+    if (part->places)
+        clReleaseMemObject(part->places);
+}
+
+/* This rank's partial: attention over its shard with lse into io->out, at the queries' places
+ * among its keys (offsets; lens its lengths), sinks on rank 0 only (they count once in the
+ * merge); where other ranks take part (share), read into part->host. */
 static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
-                                const fcl_attention_io *io, const int32_t *offsets, int rank,
-                                size_t rows, size_t dim, float *host)
+                                const fcl_attention_io *io, const int32_t *offsets,
+                                const long *lens, int rank, int share, size_t rows, size_t dim,
+                                shard_partial *part)
 {
     cl_context cl;
     cl_command_queue queue;
     cl_int err = CL_SUCCESS;
-    cl_event done = NULL;
     fcl_status s = mpi_cl_of(ctx, &cl, &queue);
     if (s != FCL_SUCCESS)
         return s;
-    cl_mem out = clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * dim * sizeof(float), NULL, &err);
-    cl_mem lse = err == CL_SUCCESS
-                     ? clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err)
-                     : NULL;
-    cl_mem places = err == CL_SUCCESS ? clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                                       d->batch * sizeof(int32_t),
-                                                       (void *)offsets, &err)
-                                      : NULL;
-    if (err != CL_SUCCESS) {
-        s = mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
-        goto release;
-    }
+    fcl_attention_desc local_d = *d;
     fcl_attention_io local = *io;
-    local.out = out, local.lse = lse, local.query_offsets = places;
+    part->out = io->out, part->lse = io->lse;
+    if (!io->lse && share)
+        part->lse = part->owned_lse =
+            clCreateBuffer(cl, CL_MEM_READ_WRITE, rows * sizeof(float), NULL, &err);
+    if (err == CL_SUCCESS && mpi_places_matter(d, io, offsets, lens))
+        part->places = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
+                                      d->batch * sizeof(int32_t), (void *)offsets, &err);
+    if (err != CL_SUCCESS)
+        return mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the partial results (%d)", (int)err);
+    local.lse = part->lse;
+    mpi_part_places(&local_d, &local, offsets, lens, part->places);
     if (rank != 0)
         local.sinks = NULL;
-    s = fcl_attention_run(ctx, d, &local, 0, NULL, &done);
-    if (s != FCL_SUCCESS) {
-        s = mpi_failed_call(ctx, s, "this rank's attention");
-        goto release;
-    }
-    err = clEnqueueReadBuffer(queue, out, CL_TRUE, 0, rows * dim * sizeof(float), host, 1, &done,
-                              NULL);
+    s = fcl_attention_run(ctx, &local_d, &local, 0, NULL, NULL);
+    if (s != FCL_SUCCESS)
+        return mpi_failed_call(ctx, s, "this rank's attention");
+    if (!share)
+        return clFinish(queue) == CL_SUCCESS
+                   ? FCL_SUCCESS
+                   : mpi_fail(FCL_ERROR_OPENCL, "running this rank's attention");
+    /* (in order after the attention; one wait for both) */
+    err = clEnqueueReadBuffer(queue, part->out, CL_FALSE, 0, rows * dim * sizeof(float), part->host,
+                              0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(queue, lse, CL_TRUE, 0, rows * sizeof(float), host + rows * dim,
-                                  1, &done, NULL);
-    if (err != CL_SUCCESS)
-        s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's partial results (%d)", (int)err);
-release:
-    if (done)
-        clReleaseEvent(done);
-    if (out)
-        clReleaseMemObject(out);
-    if (lse)
-        clReleaseMemObject(lse);
-    if (places)
-        clReleaseMemObject(places);
-    return s;
+        err = clEnqueueReadBuffer(queue, part->lse, CL_TRUE, 0, rows * sizeof(float),
+                                  part->host + rows * dim, 0, NULL, NULL);
+    return err == CL_SUCCESS ? FCL_SUCCESS
+                             : mpi_fail(FCL_ERROR_OPENCL,
+                                        "reading this rank's partial results (%d)", (int)err);
 }
 
-/* The n gathered partials (each rows * (dim + 1) floats) merged into out and lse. */
-static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size_t rows,
-                                 size_t dim, cl_mem out, cl_mem lse)
+/* The n gathered partials (each rows * (dim + 1) floats; this rank's still on the device in
+ * mine, whose out is out) merged into out (in place) and lse: the others' written to the
+ * device without waiting (the queue orders them before the merge), one wait for the merge. */
+static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, int rank,
+                                 const shard_partial *mine, size_t rows, size_t dim, cl_mem out,
+                                 cl_mem lse)
 {
     cl_context cl;
     cl_command_queue queue;
@@ -228,16 +264,24 @@ static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size
         return mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %d parts", n);
     const size_t count = rows * (dim + 1);
     for (int p = 0; p < n && err == CL_SUCCESS; p++) {
-        float *part = (float *)all + (size_t)p * count;
-        parts[p] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                  rows * dim * sizeof(float), part, &err);
-        if (err == CL_SUCCESS)
-            parts[n + p] = clCreateBuffer(cl, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR,
-                                          rows * sizeof(float), part + rows * dim, &err);
+        if (p == rank) { /* (in rank order on every rank: the same sums everywhere) */
+            parts[p] = mine->out, parts[n + p] = mine->lse;
+            clRetainMemObject(mine->out), clRetainMemObject(mine->lse);
+            continue;
+        }
+        const float *part = all + (size_t)p * count;
+        for (int i = 0; i < 2 && err == CL_SUCCESS; i++) {
+            const size_t bytes = (i ? rows : rows * dim) * sizeof(float);
+            cl_mem *to = &parts[i * n + p];
+            *to = clCreateBuffer(cl, CL_MEM_READ_ONLY, bytes, NULL, &err);
+            if (err == CL_SUCCESS)
+                err = clEnqueueWriteBuffer(queue, *to, CL_FALSE, 0, bytes, part + i * rows * dim,
+                                           0, NULL, NULL);
+        }
     }
     if (err != CL_SUCCESS) {
         s = mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "copying the partial results to the device (%d)",
-                 (int)err);
+                     (int)err);
         goto release;
     }
     s = fcl_attention_merge(ctx, (size_t)n, rows, dim, parts, parts + n, out, lse, 0, NULL, &done);
@@ -249,6 +293,8 @@ static fcl_status merge_partials(fcl_context *ctx, const float *all, int n, size
     if (err != CL_SUCCESS)
         s = mpi_fail(FCL_ERROR_OPENCL, "merging the partial results (%d)", (int)err);
 release:
+    if (s != FCL_SUCCESS)
+        clFinish(queue); /* (the writes read `all`, which the caller frees) */
     if (done)
         clReleaseEvent(done);
     for (int p = 0; p < 2 * n; p++)
@@ -260,8 +306,9 @@ release:
 
 /* fcl_mpi_attention_sharded on comm (whose MPI failures return). */
 static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                          const fcl_attention_io *io)
+                          const fcl_attention_io *io, void *unused)
 {
+    (void)unused;
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
@@ -275,26 +322,28 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
     if (count > INT_MAX) /* (the same on every rank) */
         return mpi_fail(FCL_ERROR_UNSUPPORTED, "%zu rows of %zu floats exceed one MPI message",
                         rows, dim + 1);
-    float *mine = malloc(count * sizeof(float));
+    shard_partial mine = {.host = malloc(count * sizeof(float))};
     float *all = malloc(count * (size_t)size * sizeof(float));
     long *len = malloc(3 * d->batch * sizeof(long)); /* lengths, starts, totals */
     int32_t *offsets = malloc(d->batch * sizeof(int32_t));
-    s = mine && all && len && offsets
+    s = mine.host && all && len && offsets
             ? mpi_shard_lengths(ctx, d, io, len)
             : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating %zu partial results", count);
     s = mpi_agree(comm, s, "reading its lengths");
     if (s == FCL_SUCCESS) { /* (both local after shard_offsets' collectives: one agreement) */
         s = shard_offsets(comm, d, len, offsets);
         if (s == FCL_SUCCESS)
-            s = local_partial(ctx, d, io, offsets, rank, rows, dim, mine);
+            s = local_partial(ctx, d, io, offsets, len, rank, size > 1, rows, dim, &mine);
         s = mpi_agree(comm, s, "its attention");
     }
-    if (s == FCL_SUCCESS && MPI_Allgather(mine, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT,
-                                          comm) != MPI_SUCCESS)
+    if (s == FCL_SUCCESS && size > 1 &&
+        MPI_Allgather(mine.host, (int)count, MPI_FLOAT, all, (int)count, MPI_FLOAT, comm) !=
+            MPI_SUCCESS)
         s = mpi_fail(FCL_ERROR_COMMUNICATION, "MPI_Allgather of the partial results failed");
-    if (s == FCL_SUCCESS)
-        s = merge_partials(ctx, all, size, rows, dim, io->out, io->lse);
-    free(mine);
+    if (s == FCL_SUCCESS && size > 1) /* (one rank's partial is the result) */
+        s = merge_partials(ctx, all, size, rank, &mine, rows, dim, io->out, io->lse);
+    partial_release(&mine);
+    free(mine.host);
     free(all);
     free(len);
     free(offsets);
@@ -302,20 +351,34 @@ static fcl_status sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_d
 }
 
 fcl_status mpi_on_own_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
-                           const fcl_attention_desc *d, const fcl_attention_io *io)
+                           const fcl_attention_desc *d, const fcl_attention_io *io, void *extra)
 {
     MPI_Comm own;
     last_error[0] = '\0';
     if (comm == MPI_COMM_NULL || MPI_Comm_dup(comm, &own) != MPI_SUCCESS)
         return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "comm is not a valid communicator");
     MPI_Comm_set_errhandler(own, MPI_ERRORS_RETURN);
-    const fcl_status s = run(ctx, own, d, io);
+    const fcl_status s = run(ctx, own, d, io, extra);
     MPI_Comm_free(&own);
+    return s;
+}
+
+fcl_status mpi_on_callers_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
+                               const fcl_attention_desc *d, const fcl_attention_io *io, void *extra)
+{
+    MPI_Errhandler theirs;
+    last_error[0] = '\0';
+    if (comm == MPI_COMM_NULL || MPI_Comm_get_errhandler(comm, &theirs) != MPI_SUCCESS)
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "comm is not a valid communicator");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    const fcl_status s = run(ctx, comm, d, io, extra);
+    MPI_Comm_set_errhandler(comm, theirs);
+    MPI_Errhandler_free(&theirs);
     return s;
 }
 
 fcl_status fcl_mpi_attention_sharded(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
                                      const fcl_attention_io *io)
 {
-    return mpi_on_own_comm(sharded, ctx, comm, d, io);
+    return mpi_on_callers_comm(sharded, ctx, comm, d, io, NULL);
 }

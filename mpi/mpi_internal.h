@@ -24,11 +24,25 @@ fcl_status mpi_agree_values(MPI_Comm comm, const long *mine, const char *const *
 /* This rank's key count of each sequence, as the kernels clamp them, into len[0 .. batch). */
 fcl_status mpi_shard_lengths(fcl_context *ctx, const fcl_attention_desc *d,
                              const fcl_attention_io *io, long *len);
-/* run(ctx, own, d, io) on a duplicate of comm whose MPI errors return (comm keeps its own
+/* Whether the queries' places among a part's keys (offsets[b]; lens[b] keys, NULL: len_kv)
+ * change nothing: no window or ALiBi, and causality (if any) hides no key from any query.
+ * The part then runs without them: NVIDIA's GQA decoding takes no query_offsets. */
+int mpi_places_matter(const fcl_attention_desc *d, const fcl_attention_io *io,
+                      const int32_t *offsets, const long *lens);
+/* d and io of a part at offsets: query_offsets (a device buffer of them) where they matter,
+ * else neither they nor causality. */
+void mpi_part_places(fcl_attention_desc *d, fcl_attention_io *io, const int32_t *offsets,
+                     const long *lens, cl_mem places);
+/* run(ctx, own, d, io, extra) on a duplicate of comm whose MPI errors return (comm keeps its own
  * handler), after clearing the thread's sentence. */
 typedef fcl_status (*mpi_call)(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                               const fcl_attention_io *io);
+                               const fcl_attention_io *io, void *extra);
 fcl_status mpi_on_own_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
-                           const fcl_attention_desc *d, const fcl_attention_io *io);
+                           const fcl_attention_desc *d, const fcl_attention_io *io, void *extra);
+/* ... on comm itself, its error handler MPI_ERRORS_RETURN for the call (restored after): for
+ * calls made only of collectives, which cannot meet the caller's own messages, and whose
+ * latency a duplicate (a collective of its own, and its release) adds to. */
+fcl_status mpi_on_callers_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
+                               const fcl_attention_desc *d, const fcl_attention_io *io, void *extra);
 
 #endif

@@ -1,13 +1,18 @@
-/* flashcl_mpi: ring attention (flashcl_mpi.h, fcl_mpi_attention_ring). Step t, rank r holds
- * the K and V block of rank (r - t) mod n: it sends it on to rank r + 1 and receives the next
- * from rank r - 1 (host buffers, in flight during the step), computes its queries' partial
- * over the held block at the queries' places among those keys (query_offsets), and merges
- * it into out and a running lse (fcl_attention_merge, out one of the parts). */
+/* flashcl_mpi: ring attention (flashcl_mpi.h, fcl_mpi_attention_ring and _ring_zigzag). Step
+ * t, rank r holds the K and V block of rank (r - t) mod n: it sends it on to rank r + 1 and
+ * receives the next from rank r - 1 (host buffers, in flight during the step), computes its
+ * queries' partial over the held block at the queries' places among those keys
+ * (query_offsets), and merges it into a running (out, lse) (fcl_attention_merge, out one of
+ * the parts). In zig-zag order a block is two chunks, and each pair of a query chunk and a
+ * key chunk that causality does not hide is one call. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */ // NOLINT(bugprone-reserved-identifier)
+#include "kv_formats.h"
 #include "mpi_internal.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Every rank's per-sequence key lengths (lens[rank * batch + b]) and where each rank's keys
  * start in the whole sequences (starts, the same layout): blocks lie in rank order. */
@@ -16,8 +21,9 @@ typedef struct {
 } ring_places;
 
 /* What the ring takes beyond what every call does: contiguous K/V, and K and V buffers of
- * one size on every rank (the views apply to each block); their size into *bytes. */
-static fcl_status check_ring(const fcl_attention_desc *d, const fcl_attention_io *io,
+ * one size on every rank (the views apply to each block); their size into *bytes. Zig-zag
+ * order: whole blocks of two equal chunks (len_q == len_kv, even, no seqlens_kv). */
+static fcl_status check_ring(const fcl_attention_desc *d, const fcl_attention_io *io, int zigzag,
                              size_t bytes[2])
 {
     if (d->page_size || io->cu_seqlens_kv || io->block_table)
@@ -25,6 +31,11 @@ static fcl_status check_ring(const fcl_attention_desc *d, const fcl_attention_io
                                                "paged or packed) for now");
     if (io->k_scales || io->v_scales) /* (they would have to travel with the blocks) */
         return mpi_fail(FCL_ERROR_UNSUPPORTED, "ring attention takes no K/V scale buffers yet");
+    if (zigzag && (d->len_q != d->len_kv || d->len_q % 2 || io->seqlens_kv))
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
+                        "zig-zag order takes whole blocks of two equal chunks: len_q (%zu) equal "
+                        "to len_kv (%zu), even, and no seqlens_kv",
+                        d->len_q, d->len_kv);
     for (int i = 0; i < 2; i++)
         if (clGetMemObjectInfo(i ? io->v : io->k, CL_MEM_SIZE, sizeof bytes[i], &bytes[i], NULL) !=
                 CL_SUCCESS ||
@@ -74,22 +85,44 @@ static void block_offsets(const fcl_attention_desc *d, const ring_places *pl, in
     }
 }
 
-/* The ring's device buffers: a received K and V block, its lengths and offsets, a partial
- * (out, lse) and the running lse. */
+/* The calls of one step at most (zig-zag: each pair of a query and a key chunk), each with
+ * its own offsets, so that a step is enqueued without waiting. */
+#define RING_CALLS 4
+
+/* The ring's device buffers: a received K and V block, its lengths, each call's offsets, a
+ * partial (out, lse), the running lse, and in zig-zag order each query chunk's running
+ * (out, lse). */
 typedef struct {
-    cl_mem k, v, lens, offsets, part_out, part_lse, lse;
+    cl_mem k, v, lens, offsets[RING_CALLS], part_out, part_lse, lse, chunk_out[2], chunk_lse[2];
 } ring_buffers;
 
+#define RING_BUFFERS 14
+
+/* The buffers' places in rb, in one order. */
+static void ring_buffer_list(ring_buffers *rb, cl_mem *all[RING_BUFFERS])
+{
+    cl_mem *const list[RING_BUFFERS] = {
+        &rb->k,          &rb->v,          &rb->lens,         &rb->offsets[0],   &rb->offsets[1],
+        &rb->offsets[2], &rb->offsets[3], &rb->part_out,     &rb->part_lse,     &rb->lse,
+        &rb->chunk_out[0], &rb->chunk_out[1], &rb->chunk_lse[0], &rb->chunk_lse[1]};
+    memcpy(all, list, sizeof list);
+}
+
 static fcl_status ring_buffers_create(cl_context cl, const fcl_attention_desc *d, size_t rows,
-                                      size_t dim, const size_t bytes[2], ring_buffers *rb)
+                                      size_t dim, int zigzag, const size_t bytes[2],
+                                      ring_buffers *rb)
 {
     cl_int err = CL_SUCCESS;
-    const size_t sizes[7] = {bytes[0], bytes[1], d->batch * sizeof(int32_t),
-                             d->batch * sizeof(int32_t), rows * dim * sizeof(float),
-                             rows * sizeof(float), rows * sizeof(float)};
-    cl_mem *all[7] = {&rb->k, &rb->v, &rb->lens, &rb->offsets, &rb->part_out, &rb->part_lse,
-                      &rb->lse};
-    for (int i = 0; i < 7 && err == CL_SUCCESS; i++)
+    const size_t chunk_rows = zigzag ? rows / 2 : 0;
+    const size_t ints = d->batch * sizeof(int32_t);
+    const size_t sizes[RING_BUFFERS] = {
+        bytes[0], bytes[1], ints, ints, ints, ints, ints,
+        rows * dim * sizeof(float), rows * sizeof(float), rows * sizeof(float),
+        chunk_rows * dim * sizeof(float), chunk_rows * dim * sizeof(float),
+        chunk_rows * sizeof(float), chunk_rows * sizeof(float)};
+    cl_mem *all[RING_BUFFERS];
+    ring_buffer_list(rb, all);
+    for (int i = 0; i < RING_BUFFERS && err == CL_SUCCESS; i++)
         *all[i] = clCreateBuffer(cl, CL_MEM_READ_WRITE, sizes[i] ? sizes[i] : 4, NULL, &err);
     return err == CL_SUCCESS
                ? FCL_SUCCESS
@@ -99,60 +132,281 @@ static fcl_status ring_buffers_create(cl_context cl, const fcl_attention_desc *d
 
 static void ring_buffers_release(ring_buffers *rb)
 {
-    cl_mem all[7] = {rb->k, rb->v, rb->lens, rb->offsets, rb->part_out, rb->part_lse, rb->lse};
-    for (int i = 0; i < 7; i++)
-        if (all[i])
-            clReleaseMemObject(all[i]);
+    cl_mem *all[RING_BUFFERS];
+    ring_buffer_list(rb, all);
+    for (int i = 0; i < RING_BUFFERS; i++)
+        if (*all[i])
+            clReleaseMemObject(*all[i]);
 }
 
-/* One step: this rank's queries over the held block (k, v: io's own at step 0, else the
- * received copy in rb) merged into out and rb->lse; sinks at step 0 only (they count once). */
-static fcl_status ring_step(fcl_context *ctx, cl_command_queue queue, const fcl_attention_desc *d,
-                            const fcl_attention_io *io, ring_buffers *rb, int step,
-                            const int32_t *lens, const int32_t *offsets, size_t rows, size_t dim)
+/* What every step of one ring call reads. */
+typedef struct {
+    fcl_context *ctx;
+    cl_command_queue queue;
+    const fcl_attention_desc *d;
+    const fcl_attention_io *io;
+    ring_buffers *rb;
+    size_t rows, dim; /* this rank's query rows, head_dim_v */
+    int rank, size;
+} ring_call;
+
+/* One attention over the held block (k, v: io's own at step 0, else the received copy) into
+ * (out, lse), or, where merge, into the partial, then merged into (out, lse) (out one of the
+ * parts, in place); rows: out's. d's lengths and views as the caller gives them; offsets
+ * (int32 [batch], unchanged until the step is finished) the queries' places among the
+ * block's keys, the step's call `call` (its offsets buffer); lens (NULL: len_kv) its lengths,
+ * also in seqlens where given. */
+static fcl_status ring_attention(const ring_call *rc, const fcl_attention_desc *d, int step,
+                                 int call, const int32_t *offsets, const long *lens,
+                                 cl_mem seqlens, int with_sinks, cl_mem out, cl_mem lse,
+                                 int merge, size_t rows)
 {
-    cl_event done = NULL;
-    cl_int err = clEnqueueWriteBuffer(queue, rb->lens, CL_TRUE, 0, d->batch * sizeof(int32_t),
-                                      lens, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueWriteBuffer(queue, rb->offsets, CL_TRUE, 0, d->batch * sizeof(int32_t),
-                                   offsets, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return mpi_fail(FCL_ERROR_OPENCL, "writing a block's lengths (%d)", (int)err);
-    fcl_attention_io local = *io;
-    local.k = step ? rb->k : io->k, local.v = step ? rb->v : io->v;
-    local.seqlens_kv = rb->lens, local.query_offsets = rb->offsets;
-    local.out = step ? rb->part_out : io->out, local.lse = step ? rb->part_lse : rb->lse;
-    if (step)
+    ring_buffers *rb = rc->rb;
+    fcl_attention_desc part = *d;
+    fcl_attention_io local = *rc->io;
+    mpi_part_places(&part, &local, offsets, lens, rb->offsets[call]);
+    if (local.query_offsets && clEnqueueWriteBuffer(rc->queue, rb->offsets[call], CL_FALSE, 0,
+                                                    d->batch * sizeof(int32_t), offsets, 0,
+                                                    NULL, NULL) != CL_SUCCESS)
+        return mpi_fail(FCL_ERROR_OPENCL, "writing a block's query offsets");
+    local.k = step ? rb->k : rc->io->k, local.v = step ? rb->v : rc->io->v;
+    local.seqlens_kv = seqlens;
+    local.out = merge ? rb->part_out : out, local.lse = merge ? rb->part_lse : lse;
+    if (!with_sinks)
         local.sinks = NULL;
-    fcl_status s = fcl_attention_run(ctx, d, &local, 0, NULL, NULL);
+    fcl_status s = fcl_attention_run(rc->ctx, &part, &local, 0, NULL, NULL);
     if (s != FCL_SUCCESS)
-        return mpi_failed_call(ctx, s, "this rank's attention over a block");
-    if (step) { /* into the running (out, lse): out is part 0, in place */
-        const cl_mem outs[2] = {io->out, rb->part_out}, lses[2] = {rb->lse, rb->part_lse};
-        s = fcl_attention_merge(ctx, 2, rows, dim, outs, lses, io->out, rb->lse, 0, NULL, &done);
-        if (s != FCL_SUCCESS)
-            return mpi_failed_call(ctx, s, "merging a block's partial result");
-        err = clWaitForEvents(1, &done);
-        clReleaseEvent(done);
-    } else {
-        err = clFinish(queue);
-    }
-    return err == CL_SUCCESS ? FCL_SUCCESS
-                             : mpi_fail(FCL_ERROR_OPENCL, "running a ring step (%d)", (int)err);
+        return mpi_failed_call(rc->ctx, s, "this rank's attention over a block");
+    if (!merge)
+        return FCL_SUCCESS;
+    const cl_mem outs[2] = {out, rb->part_out}, lses[2] = {lse, rb->part_lse};
+    s = fcl_attention_merge(rc->ctx, 2, rows, rc->dim, outs, lses, out, lse, 0, NULL, NULL);
+    return s == FCL_SUCCESS ? s : mpi_failed_call(rc->ctx, s, "merging a block's partial result");
 }
 
-/* The whole ring on comm (whose MPI failures return). */
-static fcl_status ring(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                       const fcl_attention_io *io)
+/* Rank order: this rank's queries over the held block (src's), into io->out and the running
+ * lse; sinks at step 0 only (they count once). A block causality hides is skipped. */
+static fcl_status blocks_step(const ring_call *rc, const ring_places *pl, int step, int src,
+                              int32_t *lens, int32_t *offsets)
+{
+    const fcl_attention_desc *d = rc->d;
+    int hidden;
+    block_offsets(d, pl, rc->rank, src, offsets, &hidden);
+    if (hidden && step) /* (step 0 starts out and the running lse) */
+        return FCL_SUCCESS;
+    for (size_t b = 0; b < d->batch; b++)
+        lens[b] = (int32_t)pl->lens[src * (long)d->batch + (long)b];
+    if (clEnqueueWriteBuffer(rc->queue, rc->rb->lens, CL_FALSE, 0, d->batch * sizeof(int32_t),
+                             lens, 0, NULL, NULL) != CL_SUCCESS)
+        return mpi_fail(FCL_ERROR_OPENCL, "writing a block's lengths");
+    return ring_attention(rc, d, step, 0, offsets, pl->lens + src * (long)d->batch, rc->rb->lens,
+                          step == 0, rc->io->out, rc->rb->lse, step > 0, rc->rows);
+}
+
+/* A row's units (elements, or bytes for a coded format: kv_formats.h) of format (0: dtype). */
+static size_t row_units(fcl_kv_format format, fcl_dtype dtype, size_t dim)
+{
+    const unsigned f = format ? (unsigned)format : (unsigned)dtype + 1;
+#define FCL_ROW_UNITS(NAME, name, value, type, elems, bytes, roles)                             \
+    if (f == (value))                                                                          \
+        return ((roles) & FCL_ROLE_FLOAT) ? dim : dim / (elems) * (bytes);
+    FCL_KV_FORMATS(FCL_ROW_UNITS)
+#undef FCL_ROW_UNITS
+    return 0;
+}
+
+/* view (of a tensor of heads x len rows of `row` units in layout) from its token `from` on,
+ * with explicit strides. */
+static fcl_tensor_view view_from(fcl_tensor_view view, fcl_layout layout, size_t heads,
+                                 size_t len, size_t row, size_t from)
+{
+    if (!view.batch_stride && !view.head_stride && !view.token_stride) {
+        const int bhld = layout == FCL_LAYOUT_BHLD;
+        view.token_stride = bhld ? row : heads * row;
+        view.head_stride = bhld ? len * row : row;
+        view.batch_stride = heads * len * row;
+    }
+    view.offset += from * view.token_stride;
+    return view;
+}
+
+/* Zig-zag order: with n ranks each sequence is 2n chunks of m tokens, rank r holding chunks r
+ * and 2n - 1 - r (its block's first and second half). Each query chunk meets each key chunk
+ * of the held block that causality does not hide (under causality 2 chunks' worth of keys
+ * every step, on every rank: the balance); sinks with the first call of each query chunk.
+ * offsets: RING_CALLS rows of batch. */
+static fcl_status zigzag_step(const ring_call *rc, int step, int src, int32_t *offsets)
+{
+    const fcl_attention_desc *d = rc->d;
+    const size_t m = d->len_q / 2, kv_heads = d->heads_kv ? d->heads_kv : d->heads_q;
+    const long last = 2L * rc->size - 1;
+    fcl_status s = FCL_SUCCESS;
+    for (int qc = 0; qc < 2 && s == FCL_SUCCESS; qc++)
+        for (int kc = 0; kc < 2 && s == FCL_SUCCESS; kc++) {
+            const long q_chunk = qc ? last - rc->rank : rc->rank, k_chunk = kc ? last - src : src;
+            if (d->causal != FCL_CAUSAL_NONE && k_chunk > q_chunk)
+                continue;
+            fcl_attention_desc part = *d;
+            part.len_q = part.len_kv = m;
+            part.q_view = view_from(d->q_view, d->layout, d->heads_q, d->len_q, d->head_dim,
+                                    qc * m);
+            part.k_view = view_from(d->k_view, d->layout, kv_heads, d->len_kv,
+                                    row_units(d->format_k, d->dtype_kv, d->head_dim), kc * m);
+            part.v_view = view_from(d->v_view, d->layout, kv_heads, d->len_kv,
+                                    row_units(d->format_v, d->dtype_kv, rc->dim), kc * m);
+            const int call = 2 * qc + kc;
+            int32_t *mine = offsets + call * d->batch;
+            for (size_t b = 0; b < d->batch; b++)
+                mine[b] = (int32_t)((q_chunk - k_chunk) * (long)m);
+            const int first = step == 0 && kc == 0; /* (never hidden) */
+            s = ring_attention(rc, &part, step, call, mine, NULL, NULL, first,
+                               rc->rb->chunk_out[qc], rc->rb->chunk_lse[qc], !first, rc->rows / 2);
+        }
+    return s;
+}
+
+/* Zig-zag order's results: each query chunk's rows into its half of every (sequence, head)'s
+ * rows of out and lse. */
+static fcl_status zigzag_finish(const ring_call *rc)
+{
+    const size_t pairs = rc->d->batch * rc->d->heads_q, m = rc->d->len_q / 2;
+    cl_int err = CL_SUCCESS;
+    for (int qc = 0; qc < 2 && err == CL_SUCCESS; qc++)
+        for (int lse = 0; lse < 2 && err == CL_SUCCESS; lse++) {
+            const size_t row = (lse ? 1 : rc->dim) * sizeof(float), piece = m * row;
+            if (lse && !rc->io->lse)
+                continue;
+            const size_t from[3] = {0, 0, 0}, to[3] = {qc * piece, 0, 0}, region[3] = {piece, pairs, 1};
+            err = clEnqueueCopyBufferRect(rc->queue, lse ? rc->rb->chunk_lse[qc] : rc->rb->chunk_out[qc],
+                                          lse ? rc->io->lse : rc->io->out, from, to, region, piece,
+                                          0, 2 * piece, 0, 0, NULL, NULL);
+        }
+    return err == CL_SUCCESS ? FCL_SUCCESS
+                             : mpi_fail(FCL_ERROR_OPENCL, "writing the chunks' rows (%d)", (int)err);
+}
+
+/* Host memory for the blocks in flight: buffers of the context allocated in host memory and
+ * mapped, which drivers page-lock (NVIDIA copies a block between such memory and the device
+ * several times as fast as from malloc's, which also faults every page in on first use;
+ * page-locking is slow in turn: 512 MiB took the H200's driver 0.3 s, hence workspaces). */
+typedef struct {
+    cl_mem buf[2][2];          /* [which of the two][K, V] */
+    unsigned char *held[2][2]; /* their mapped memory */
+    size_t bytes[2];           /* K's and V's size */
+} ring_staging;
+
+struct fcl_mpi_workspace {
+    cl_context cl;
+    cl_command_queue queue;
+    ring_staging staging;
+};
+
+static void staging_release(cl_command_queue queue, ring_staging *st)
+{
+    for (int i = 0; i < 4; i++) {
+        if (st->held[i / 2][i % 2])
+            clEnqueueUnmapMemObject(queue, st->buf[i / 2][i % 2], st->held[i / 2][i % 2], 0, NULL,
+                                    NULL);
+        if (st->buf[i / 2][i % 2])
+            clReleaseMemObject(st->buf[i / 2][i % 2]);
+    }
+    memset(st, 0, sizeof *st);
+}
+
+/* st with room for blocks of bytes[0] and bytes[1] (what it holds where that suffices). */
+static fcl_status staging_reserve(cl_context cl, cl_command_queue queue, const size_t bytes[2],
+                                  ring_staging *st)
+{
+    if (st->buf[0][0] && st->bytes[0] >= bytes[0] && st->bytes[1] >= bytes[1])
+        return FCL_SUCCESS;
+    staging_release(queue, st);
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < 4 && err == CL_SUCCESS; i++) {
+        const size_t size = bytes[i % 2] ? bytes[i % 2] : 4;
+        st->buf[i / 2][i % 2] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size,
+                                               NULL, &err);
+        if (err == CL_SUCCESS)
+            st->held[i / 2][i % 2] = clEnqueueMapBuffer(queue, st->buf[i / 2][i % 2], CL_TRUE,
+                                                        CL_MAP_READ | CL_MAP_WRITE, 0, size, 0,
+                                                        NULL, NULL, &err);
+    }
+    st->bytes[0] = bytes[0], st->bytes[1] = bytes[1];
+    if (err == CL_SUCCESS)
+        return FCL_SUCCESS;
+    staging_release(queue, st);
+    return mpi_fail(FCL_ERROR_OUT_OF_RESOURCES, "allocating the ring's host blocks (%d)", (int)err);
+}
+
+fcl_status fcl_mpi_workspace_create(fcl_context *ctx, fcl_mpi_workspace **out)
+{
+    if (!out)
+        return mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    fcl_mpi_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating a workspace");
+    const fcl_status s = ctx ? mpi_cl_of(ctx, &ws->cl, &ws->queue)
+                             : mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "ctx is NULL");
+    if (s != FCL_SUCCESS) {
+        free(ws);
+        return s;
+    }
+    clRetainContext(ws->cl);
+    clRetainCommandQueue(ws->queue);
+    *out = ws;
+    return FCL_SUCCESS;
+}
+
+void fcl_mpi_workspace_destroy(fcl_mpi_workspace *ws)
+{
+    if (!ws)
+        return;
+    staging_release(ws->queue, &ws->staging);
+    clFinish(ws->queue); /* (the unmaps) */
+    clReleaseCommandQueue(ws->queue);
+    clReleaseContext(ws->cl);
+    free(ws);
+}
+
+/* Waits for the queue's work, testing the posted transfers meanwhile: an MPI moves a large
+ * message only inside its calls, so that a step that only waited would send its block after
+ * its attention instead of during it. */
+static fcl_status finish_progressing(cl_command_queue queue, MPI_Request *req, int posted)
+{
+    cl_event marker;
+    cl_int status = CL_QUEUED;
+    MPI_Status statuses[4]; /* (posted <= 4) */
+    const struct timespec pause = {0, 20000};
+    int moved = !posted;
+    if (clEnqueueMarkerWithWaitList(queue, 0, NULL, &marker) != CL_SUCCESS)
+        return mpi_fail(FCL_ERROR_OPENCL, "marking a ring step's end");
+    clFlush(queue);
+    while (clGetEventInfo(marker, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status,
+                          NULL) == CL_SUCCESS &&
+           status > CL_COMPLETE) {
+        if (!moved)
+            MPI_Testall(posted, req, &moved, statuses);
+        nanosleep(&pause, NULL); /* (the cores a CPU device computes on stay its own) */
+    }
+    clReleaseEvent(marker);
+    return status == CL_COMPLETE ? FCL_SUCCESS
+                                 : mpi_fail(FCL_ERROR_OPENCL, "running a ring step (%d)", (int)status);
+}
+
+/* The whole ring on comm (whose MPI failures return), in rank or zig-zag order. */
+static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
+                       const fcl_attention_desc *d, const fcl_attention_io *io, int zigzag)
 {
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     size_t bytes[2] = {0, 0};
+    cl_context cl = NULL;
     fcl_status s = mpi_check_local(ctx, d, io);
     if (s == FCL_SUCCESS)
-        s = check_ring(d, io, bytes);
+        s = check_ring(d, io, zigzag, bytes);
+    if (s == FCL_SUCCESS && ws && (mpi_cl_of(ctx, &cl, NULL) != FCL_SUCCESS || cl != ws->cl))
+        s = mpi_fail(FCL_ERROR_INVALID_ARGUMENT, "ws belongs to another context than ctx");
     s = mpi_agree(comm, s, "validation");
     if (s == FCL_SUCCESS)
         s = mpi_agree_shapes(comm, d);
@@ -161,29 +415,31 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc
     if (s != FCL_SUCCESS)
         return s;
     const size_t batch = d->batch, dim = d->head_dim_v ? d->head_dim_v : d->head_dim;
-    const size_t rows = batch * d->heads_q * d->len_q;
-    cl_context cl;
-    cl_command_queue queue;
     ring_buffers rb = {0};
     ring_places pl = {0};
-    unsigned char *held[2][2] = {{malloc(bytes[0] + 1), malloc(bytes[1] + 1)},
-                                 {malloc(bytes[0] + 1), malloc(bytes[1] + 1)}};
+    ring_call rc = {.ctx = ctx, .d = d, .io = io, .rb = &rb, .rows = batch * d->heads_q * d->len_q,
+                    .dim = dim, .rank = rank, .size = size};
+    ring_staging own = {0}, *st = ws ? &ws->staging : &own;
     long *mine = malloc(batch * sizeof(long));
-    int32_t *lens = malloc(batch * sizeof(int32_t)), *offsets = malloc(batch * sizeof(int32_t));
+    int32_t *lens = malloc(batch * sizeof(int32_t));
+    int32_t *offsets = malloc(RING_CALLS * batch * sizeof(int32_t)); /* each call's */
     pl.lens = malloc((size_t)size * batch * sizeof(long));
     pl.starts = calloc((size_t)size * batch, sizeof(long));
-    s = held[0][0] && held[0][1] && held[1][0] && held[1][1] && mine && lens && offsets &&
-                pl.lens && pl.starts
-            ? mpi_cl_of(ctx, &cl, &queue)
-            : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating the ring's host blocks");
+    s = mine && lens && offsets && pl.lens && pl.starts
+            ? mpi_cl_of(ctx, &cl, &rc.queue)
+            : mpi_fail(FCL_ERROR_OUT_OF_HOST_MEMORY, "allocating the ring's lengths");
     if (s == FCL_SUCCESS)
         s = mpi_shard_lengths(ctx, d, io, mine);
     if (s == FCL_SUCCESS)
-        s = ring_buffers_create(cl, d, rows, dim, bytes, &rb);
-    if (s == FCL_SUCCESS && (clEnqueueReadBuffer(queue, io->k, CL_TRUE, 0, bytes[0], held[0][0], 0,
-                                                 NULL, NULL) != CL_SUCCESS ||
-                             clEnqueueReadBuffer(queue, io->v, CL_TRUE, 0, bytes[1], held[0][1], 0,
-                                                 NULL, NULL) != CL_SUCCESS))
+        s = ring_buffers_create(cl, d, rc.rows, dim, zigzag, bytes, &rb);
+    if (s == FCL_SUCCESS && size > 1) /* (one rank sends nothing) */
+        s = staging_reserve(cl, rc.queue, bytes, st);
+    unsigned char *(*held)[2] = st->held;
+    if (s == FCL_SUCCESS && size > 1 &&
+        (clEnqueueReadBuffer(rc.queue, io->k, CL_TRUE, 0, bytes[0], held[0][0], 0, NULL, NULL) !=
+             CL_SUCCESS ||
+         clEnqueueReadBuffer(rc.queue, io->v, CL_TRUE, 0, bytes[1], held[0][1], 0, NULL, NULL) !=
+             CL_SUCCESS))
         s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's K and V block");
     s = mpi_agree(comm, s, "preparing its block");
     if (s == FCL_SUCCESS)
@@ -199,40 +455,58 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc
                 MPI_Isend(held[cur][i], (int)bytes[i], MPI_BYTE, next, i, comm, &req[posted++]);
             }
         }
-        int hidden;
-        block_offsets(d, &pl, rank, src, offsets, &hidden);
-        for (size_t b = 0; b < batch; b++)
-            lens[b] = (int32_t)pl.lens[src * (long)batch + (long)b];
-        if (!hidden || step == 0) /* (step 0 starts out and the running lse) */
-            s = ring_step(ctx, queue, d, io, &rb, step, lens, offsets, rows, dim);
+        s = zigzag ? zigzag_step(&rc, step, src, offsets)
+                   : blocks_step(&rc, &pl, step, src, lens, offsets);
+        if (s == FCL_SUCCESS)
+            s = finish_progressing(rc.queue, req, posted);
         /* Every rank completes the transfers it posted, whatever its step gave; one agreement
          * a step then suffices (nothing collective lies between). */
         MPI_Status status[4];
         if (posted && MPI_Waitall(posted, req, status) != MPI_SUCCESS && s == FCL_SUCCESS)
             s = mpi_fail(FCL_ERROR_COMMUNICATION, "passing a K/V block around the ring failed");
         if (s == FCL_SUCCESS && step + 1 < size &&
-            (clEnqueueWriteBuffer(queue, rb.k, CL_TRUE, 0, bytes[0], held[!cur][0], 0, NULL,
+            (clEnqueueWriteBuffer(rc.queue, rb.k, CL_TRUE, 0, bytes[0], held[!cur][0], 0, NULL,
                                   NULL) != CL_SUCCESS ||
-             clEnqueueWriteBuffer(queue, rb.v, CL_TRUE, 0, bytes[1], held[!cur][1], 0, NULL,
+             clEnqueueWriteBuffer(rc.queue, rb.v, CL_TRUE, 0, bytes[1], held[!cur][1], 0, NULL,
                                   NULL) != CL_SUCCESS))
             s = mpi_fail(FCL_ERROR_OPENCL, "copying a received block to the device");
         s = mpi_agree(comm, s, "a ring step");
     }
-    if (s == FCL_SUCCESS && io->lse &&
-        clEnqueueCopyBuffer(queue, rb.lse, io->lse, 0, 0, rows * sizeof(float), 0, NULL, NULL) !=
-            CL_SUCCESS)
+    if (s == FCL_SUCCESS && zigzag)
+        s = zigzag_finish(&rc);
+    else if (s == FCL_SUCCESS && io->lse &&
+             clEnqueueCopyBuffer(rc.queue, rb.lse, io->lse, 0, 0, rc.rows * sizeof(float), 0, NULL,
+                                 NULL) != CL_SUCCESS)
         s = mpi_fail(FCL_ERROR_OPENCL, "writing lse");
-    if (s == FCL_SUCCESS && clFinish(queue) != CL_SUCCESS)
+    if (s == FCL_SUCCESS && clFinish(rc.queue) != CL_SUCCESS)
         s = mpi_fail(FCL_ERROR_OPENCL, "finishing the ring");
     ring_buffers_release(&rb);
-    for (int i = 0; i < 4; i++)
-        free(held[i / 2][i % 2]);
+    staging_release(rc.queue, &own);
     free(mine), free(lens), free(offsets), free(pl.lens), free(pl.starts);
     return s;
 }
 
-fcl_status fcl_mpi_attention_ring(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
-                                  const fcl_attention_io *io)
+static fcl_status ring_in_rank_order(fcl_context *ctx, MPI_Comm comm, const fcl_attention_desc *d,
+                                     const fcl_attention_io *io, void *ws)
 {
-    return mpi_on_own_comm(ring, ctx, comm, d, io);
+    return ring(ctx, comm, ws, d, io, 0);
+}
+
+static fcl_status ring_in_zigzag_order(fcl_context *ctx, MPI_Comm comm,
+                                       const fcl_attention_desc *d, const fcl_attention_io *io,
+                                       void *ws)
+{
+    return ring(ctx, comm, ws, d, io, 1);
+}
+
+fcl_status fcl_mpi_attention_ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
+                                  const fcl_attention_desc *d, const fcl_attention_io *io)
+{
+    return mpi_on_own_comm(ring_in_rank_order, ctx, comm, d, io, ws);
+}
+
+fcl_status fcl_mpi_attention_ring_zigzag(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
+                                         const fcl_attention_desc *d, const fcl_attention_io *io)
+{
+    return mpi_on_own_comm(ring_in_zigzag_order, ctx, comm, d, io, ws);
 }

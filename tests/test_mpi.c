@@ -53,10 +53,9 @@ static cl_mem device_copy(const void *host, size_t bytes)
 }
 
 /* This rank's out and lse (io's float32 [batch][heads][len_q] rows) against the float64
- * reference over the whole problem (whole, host), at the whole's queries first .. first +
- * len_q - 1. */
+ * reference over the whole problem (whole, host), query i at the whole's query at[i]. */
 static void check_rank_rows(const fcl_attention_io *io, fcl_attention_desc whole,
-                            const fcl_attention_host_io *host, size_t first, size_t len_q,
+                            const fcl_attention_host_io *host, const size_t *at, size_t len_q,
                             const char *what)
 {
     whole = chk_attention_defaults(whole);
@@ -75,7 +74,7 @@ static void check_rank_rows(const fcl_attention_io *io, fcl_attention_desc whole
         for (size_t h = 0; h < Hq; h++)
             for (size_t i = 0; i < len_q; i++) {
                 const size_t row = (b * Hq + h) * len_q + i;
-                chk_attention_row_io(&whole, host, b, h, first + i, want + row * D, &want_lse[row]);
+                chk_attention_row_io(&whole, host, b, h, at[i], want + row * D, &want_lse[row]);
             }
     for (size_t e = 0; e < rows * D; e++)
         got[e] = out[e];
@@ -154,7 +153,10 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .seqlens_kv = lens,
                                         .sinks = c->sinks ? sinks : NULL,
                                         .alibi_slopes = c->alibi ? slopes : NULL};
-    check_rank_rows(&io, whole, &host, 0, Lq, "sharded");
+    size_t at[8];
+    for (size_t i = 0; i < Lq; i++)
+        at[i] = i;
+    check_rank_rows(&io, whole, &host, at, Lq, "sharded");
     cl_mem all[] = {io.q,          io.k,           io.v,     io.out,         io.lse,
                     io.seqlens_kv, io.block_table, io.sinks, io.alibi_slopes};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -184,10 +186,11 @@ static void test_sharded_decode(void **state)
 }
 
 /* Ring attention: every rank holds block_len tokens of each sequence (its queries and their
- * keys and values), the blocks in rank order; its queries' rows of the result against the
- * float64 reference of the whole sequences. */
-static void check_ring(size_t block_len, fcl_causal causal, size_t window, int alibi, int sinks,
-                       fcl_dtype dtype_kv)
+ * keys and values), the blocks in rank order, or in zig-zag order two chunks of half that
+ * (chunks rank and 2 ranks - 1 - rank); its queries' rows of the result against the float64
+ * reference of the whole sequences. */
+static void check_ring(fcl_mpi_workspace *ws, size_t block_len, fcl_causal causal, size_t window,
+                       int alibi, int sinks, fcl_dtype dtype_kv, int zigzag)
 {
     const size_t B = 2, Hq = 8, Hk = 2, D = 64, N = block_len * (size_t)ranks;
     const size_t es = chk_dtype_size(dtype_kv), rows = B * Hq * block_len;
@@ -198,19 +201,26 @@ static void check_ring(size_t block_len, fcl_causal causal, size_t window, int a
     for (size_t h = 0; h < Hq; h++)
         slopes[h] = 0.25f / (float)(h + 1), sink[h] = (float)chk_normal(&rng);
     float *lq = malloc(rows * D * 4);
+    size_t *at = malloc(block_len * sizeof(size_t)); /* this rank's token t: the whole's at[t] */
     unsigned char *lk = malloc(B * Hk * block_len * D * es), *lv = malloc(B * Hk * block_len * D * es);
-    assert_true(q && k && v && lq && lk && lv);
-    const size_t first = (size_t)rank * block_len; /* this rank's block of [b][h][token][dim] */
-    for (size_t b = 0; b < B; b++) {
-        for (size_t h = 0; h < Hq; h++)
-            memcpy(lq + (b * Hq + h) * block_len * D, q + ((b * Hq + h) * N + first) * D,
-                   block_len * D * 4);
-        for (size_t h = 0; h < Hk; h++) {
-            const size_t to = (b * Hk + h) * block_len * D * es, from = ((b * Hk + h) * N + first) * D * es;
-            memcpy(lk + to, (unsigned char *)k + from, block_len * D * es);
-            memcpy(lv + to, (unsigned char *)v + from, block_len * D * es);
+    assert_true(q && k && v && lq && at && lk && lv);
+    const size_t m = block_len / 2, last = 2 * (size_t)ranks - 1;
+    for (size_t t = 0; t < block_len; t++)
+        at[t] = !zigzag ? (size_t)rank * block_len + t
+                : t < m ? (size_t)rank * m + t
+                        : (last - (size_t)rank) * m + t - m;
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < block_len; t++) { /* [b][h][token][dim] */
+            for (size_t h = 0; h < Hq; h++)
+                memcpy(lq + ((b * Hq + h) * block_len + t) * D, q + ((b * Hq + h) * N + at[t]) * D,
+                       D * 4);
+            for (size_t h = 0; h < Hk; h++) {
+                const size_t to = ((b * Hk + h) * block_len + t) * D * es;
+                const size_t from = ((b * Hk + h) * N + at[t]) * D * es;
+                memcpy(lk + to, (unsigned char *)k + from, D * es);
+                memcpy(lv + to, (unsigned char *)v + from, D * es);
+            }
         }
-    }
     fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = block_len,
                             .len_kv = block_len, .head_dim = D, .causal = causal,
                             .dtype_kv = dtype_kv, .window = window > 0,
@@ -221,7 +231,8 @@ static void check_ring(size_t block_len, fcl_causal causal, size_t window, int a
                            .out = device_copy(NULL, rows * D * 4), .lse = device_copy(NULL, rows * 4),
                            .alibi_slopes = alibi ? device_copy(slopes, Hq * 4) : NULL,
                            .sinks = sinks ? device_copy(sink, Hq * 4) : NULL};
-    fcl_status s = fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, &d, &io);
+    fcl_status s = zigzag ? fcl_mpi_attention_ring_zigzag(support_ctx, MPI_COMM_WORLD, ws, &d, &io)
+                          : fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, ws, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
     fcl_attention_desc whole = d;
@@ -229,29 +240,50 @@ static void check_ring(size_t block_len, fcl_causal causal, size_t window, int a
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .alibi_slopes = alibi ? slopes : NULL,
                                         .sinks = sinks ? sink : NULL};
     char what[96];
-    snprintf(what, sizeof what, "ring (causal %d window %zu alibi %d)", causal, window, alibi);
-    check_rank_rows(&io, whole, &host, first, block_len, what);
+    snprintf(what, sizeof what, "ring%s (causal %d window %zu alibi %d)", zigzag ? " zig-zag" : "",
+             causal, window, alibi);
+    check_rank_rows(&io, whole, &host, at, block_len, what);
     cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.alibi_slopes, io.sinks};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    free(q), free(k), free(v), free(lq), free(lk), free(lv);
+    free(q), free(k), free(v), free(lq), free(at), free(lk), free(lv);
 }
 
 /* Prefill over blocks on the ranks: causal (blocks after the queries skipped), not causal,
- * a window and ALiBi across blocks, sinks once, f16 K/V, GQA. */
+ * a window and ALiBi across blocks, sinks once, f16 K/V, GQA; in rank order and in zig-zag
+ * order (where every chunk pair has its own distance); the host blocks the call's own, then
+ * a workspace's, grown from f16's blocks to f32's. */
 static void test_ring_prefill(void **state)
 {
     (void)state;
-    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, FCL_DTYPE_F32);
-    check_ring(17, FCL_CAUSAL_NONE, 0, 0, 1, FCL_DTYPE_F16);
-    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 30, 0, 0, FCL_DTYPE_F16);
-    check_ring(24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 1, 1, FCL_DTYPE_F32);
+    fcl_mpi_workspace *ws = NULL;
+    assert_int_equal(fcl_mpi_workspace_create(support_ctx, &ws), FCL_SUCCESS);
+    for (int zigzag = 0; zigzag <= 1; zigzag++) {
+        check_ring(NULL, 24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, FCL_DTYPE_F32, zigzag);
+        check_ring(ws, zigzag ? 18 : 17, FCL_CAUSAL_NONE, 0, 0, 1, FCL_DTYPE_F16, zigzag);
+        check_ring(ws, 24, FCL_CAUSAL_BOTTOM_RIGHT, 30, 0, 0, FCL_DTYPE_F16, zigzag);
+        check_ring(ws, 24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 1, 1, FCL_DTYPE_F32, zigzag);
+    }
+    fcl_mpi_workspace_destroy(ws);
+}
+
+/* Zig-zag order refuses blocks that are not two equal chunks, on every rank. */
+static void test_zigzag_refuses_odd_blocks(void **state)
+{
+    (void)state;
+    cl_mem buf = device_copy(NULL, 4096);
+    fcl_attention_desc d = {.batch = 1, .heads_q = 2, .len_q = 5, .len_kv = 5, .head_dim = 16};
+    fcl_attention_io io = {.q = buf, .k = buf, .v = buf, .out = buf};
+    fcl_status s = fcl_mpi_attention_ring_zigzag(support_ctx, MPI_COMM_WORLD, NULL, &d, &io);
+    assert_int_equal(s, FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_mpi_last_error(), "len_q (5) equal to len_kv (5), even"));
+    clReleaseMemObject(buf);
 }
 
 /* A rank that refuses its arguments leaves no other waiting: every rank returns an error
  * (the refusing rank its own sentence, the others naming it); ranks that disagree on a shape
- * all refuse. */
+ * all refuse; a workspace of another context is refused. */
 static void test_refusals_reach_every_rank(void **state)
 {
     (void)state;
@@ -277,6 +309,17 @@ static void test_refusals_reach_every_rank(void **state)
     }
     assert_int_equal(fcl_mpi_attention_sharded(support_ctx, MPI_COMM_NULL, &d, &io),
                      FCL_ERROR_INVALID_ARGUMENT);
+    /* a workspace of another context */
+    fcl_context *other = NULL;
+    fcl_mpi_workspace *ws = NULL;
+    assert_int_equal(fcl_context_create(NULL, &other), FCL_SUCCESS);
+    assert_int_equal(fcl_mpi_workspace_create(other, &ws), FCL_SUCCESS);
+    d.heads_q = 2, d.len_q = d.len_kv = 4;
+    assert_int_equal(fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, ws, &d, &io),
+                     FCL_ERROR_INVALID_ARGUMENT);
+    assert_non_null(strstr(fcl_mpi_last_error(), "ws belongs to another context"));
+    fcl_mpi_workspace_destroy(ws);
+    fcl_context_destroy(other);
     clReleaseMemObject(buf);
 }
 
@@ -294,6 +337,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sharded_decode),
         cmocka_unit_test(test_ring_prefill),
+        cmocka_unit_test(test_zigzag_refuses_odd_blocks),
         cmocka_unit_test(test_refusals_reach_every_rank),
     };
     const int failed = support_run_tests(tests);
