@@ -240,9 +240,10 @@ static fcl_status local_partial(fcl_context *ctx, const fcl_attention_desc *d,
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(queue, part->lse, CL_TRUE, 0, rows * sizeof(float),
                                   part->host + rows * dim, 0, NULL, NULL);
-    return err == CL_SUCCESS ? FCL_SUCCESS
-                             : mpi_fail(FCL_ERROR_OPENCL,
-                                        "reading this rank's partial results (%d)", (int)err);
+    if (err == CL_SUCCESS)
+        return FCL_SUCCESS;
+    clFinish(queue); /* (a read may still write part->host, which the caller frees) */
+    return mpi_fail(FCL_ERROR_OPENCL, "reading this rank's partial results (%d)", (int)err);
 }
 
 /* The n gathered partials (each rows * (dim + 1) floats; this rank's still on the device in

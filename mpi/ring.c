@@ -478,7 +478,8 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
              clEnqueueCopyBuffer(rc.queue, rb.lse, io->lse, 0, 0, rc.rows * sizeof(float), 0, NULL,
                                  NULL) != CL_SUCCESS)
         s = mpi_fail(FCL_ERROR_OPENCL, "writing lse");
-    if (s == FCL_SUCCESS && clFinish(rc.queue) != CL_SUCCESS)
+    /* (also after a failure: writes of offsets and lens may still read the host arrays) */
+    if (rc.queue && clFinish(rc.queue) != CL_SUCCESS && s == FCL_SUCCESS)
         s = mpi_fail(FCL_ERROR_OPENCL, "finishing the ring");
     ring_buffers_release(&rb);
     staging_release(rc.queue, &own);
