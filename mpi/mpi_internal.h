@@ -39,10 +39,5 @@ typedef fcl_status (*mpi_call)(fcl_context *ctx, MPI_Comm comm, const fcl_attent
                                const fcl_attention_io *io, void *extra);
 fcl_status mpi_on_own_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
                            const fcl_attention_desc *d, const fcl_attention_io *io, void *extra);
-/* ... on comm itself, its error handler MPI_ERRORS_RETURN for the call (restored after): for
- * calls made only of collectives, which cannot meet the caller's own messages, and whose
- * latency a duplicate (a collective of its own, and its release) adds to. */
-fcl_status mpi_on_callers_comm(mpi_call run, fcl_context *ctx, MPI_Comm comm,
-                               const fcl_attention_desc *d, const fcl_attention_io *io, void *extra);
 
 #endif

@@ -442,7 +442,7 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
              CL_SUCCESS))
         s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's K and V block");
     s = mpi_agree(comm, s, "preparing its block");
-    if (s == FCL_SUCCESS)
+    if (s == FCL_SUCCESS && !zigzag) /* (zig-zag blocks are whole: their places follow) */
         s = mpi_agree(comm, gather_places(comm, size, batch, mine, &pl), "gathering the lengths");
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     for (int step = 0; s == FCL_SUCCESS && step < size; step++) {
