@@ -35,7 +35,7 @@ for t in f32 f16 bf16; do
 done
 for d in 64 128 256; do
   [ "$d" = 256 ] || kernels="$kernels attention_mma_d${d}_f32 attention_mma_d${d}_tf32
-    attention_mma_d${d}_f16q32 attention_mma_rows_d${d}_f16q32"
+    attention_mma_d${d}_f16q32 attention_mma_rows_d${d}_f16q32 attention_mma_d${d}_f16q32_kv"
   for t in f16 bf16; do
     kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
     kernels="$kernels attention_mma_d${d}_${t}_kv attention_mma_rows_d${d}_${t}_kv"

@@ -4,7 +4,8 @@
  * fragment layouts (fcl_mma_check, mma_check_nv.cl), and runs it only for the calls it takes
  * (q, k and v of one storage type, or float32 q over f16 K and V, with rows at multiples of 8
  * elements, head dims up to 256, float32 q's up to 128, multiples of 8; in the _kv builds,
- * f16 or bf16 q with K and V each of q's type or coded, FA_MMA_KV below); the portable
+ * f16 or bf16 q with K and V each of q's type or coded, float32 q with K and V each f16 or
+ * coded, FA_MMA_KV below); the portable
  * kernels (attention_tile.cl) are its reference and serve everything else.
  * Compiled after common.cl, common_nv.cl, attention_args.h and attention_common.cl, once per
  * head-dim bucket and product type, with
@@ -14,9 +15,10 @@
  *               (float32 storage, m16n8k8)
  *   FA_MMA_SPLIT with tf32: 1 for float32 accuracy by 3xTF32 (FCL_PRECISION_F32), 0 for one
  *               TF32 product (FCL_PRECISION_TF32)
- *   FA_MMA_Q32  with f16: 1 where q (and the output) is float32 and K and V f16 (llama.cpp's
- *               types): q and p each split into two f16 parts, two products where one was
- *               (fa_mma_q32_row), float32's accuracy with f16 tiles; else 0
+ *   FA_MMA_Q32  with f16: 1 where q (and the output) is float32 and K and V f16 or (the _kv
+ *               build) coded (llama.cpp's types): q and p each split into two f16 parts, two
+ *               products where one was (fa_mma_q32_row), float32's accuracy with f16 tiles;
+ *               else 0
  *   FA_MMA_WARPS warps a work-group, FA_MMA_KWARPS of them a row tile (each taking its
  *               share of every key tile), FA_MMA_MT tiles of 16 query rows a warp and
  *               FA_MMA_BK keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
@@ -402,9 +404,14 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * scale the scores and the output, TOKEN ones each key's score and p. */
 #define FA_MMA_KV ((FA_FEATURES >> FA_FLAG_KV_BIT & 1) && !FA_MMA_F32)
 #define FA_MMA_RAW_ROW (FA_D / 32 * 34)
+/* Whether the tiles are f16 (the common formats' decoding then takes the format as a
+ * constant: fa_mma_decode_tile) */
+#define FA_MMA_F16_TILES FCL_CAT(FA_MMA_V_VALUES, FA_MMA_T)
 /* Whether V's ggml blocks are decoded to values (d c + m rounded once) rather than codes:
- * in f16 tiles, whose 11 bits keep them within the half-precision rule (bf16's 8 would not) */
-#define FA_MMA_VALUES FCL_CAT(FA_MMA_V_VALUES, FA_MMA_T)
+ * in f16 tiles, whose 11 bits keep them within the half-precision rule (bf16's 8 would not);
+ * not under float32 q, whose output keeps float32's (codes are exact in f16, the factors
+ * apply in float32) */
+#define FA_MMA_VALUES (FA_MMA_F16_TILES && !FA_MMA_Q32)
 
 /* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
  * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
@@ -608,7 +615,7 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile, FA_NAME)(__local ushort (*tile)[FA_M
 {
 #define FA_MMA_DECODE_AS(f)                                                                    \
     FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(tile, blk_d, blk_m, raw, f, rb, dim, bad, values, redo)
-#if FA_MMA_VALUES
+#if FA_MMA_F16_TILES
     switch (format) {
     case FCL_KV_Q8_0: FA_MMA_DECODE_AS(FCL_KV_Q8_0); break;
     case FCL_KV_Q4_0: FA_MMA_DECODE_AS(FCL_KV_Q4_0); break;
@@ -790,8 +797,11 @@ FCL_INLINE void FCL_CAT(fa_mma_scores_of, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++) {
                 float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                FCL_CAT(fa_mma, FA_MMA_T)(part, qf[mt][ks], b[0], b[1]);
-                FCL_CAT(fa_mma, FA_MMA_T)(part, qf[mt][ks + 1], b[2], b[3]);
+                #pragma unroll
+                for (uint qp = 0; qp < FA_MMA_QPARTS; qp++) {
+                    FCL_CAT(fa_mma, FA_MMA_T)(part, qf[qp * FA_MMA_MT + mt][ks], b[0], b[1]);
+                    FCL_CAT(fa_mma, FA_MMA_T)(part, qf[qp * FA_MMA_MT + mt][ks + 1], b[2], b[3]);
+                }
                 #pragma unroll
                 for (uint e = 0; e < 4; e++)
                     s[mt][j][e] += fma(e % 2 ? d.y : d.x, part[e],
@@ -810,8 +820,8 @@ FCL_INLINE void FCL_CAT(fa_mma_scores, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
 
 #if FA_MMA_KV
 /* The sums of q's columns over each 32-column block, for the lane's rows (r as
- * FA_MMA_BLOCK_ROW's), from its fragments and its row's other 3 lanes: the m part of K's
- * scores (fa_mma_scores_of). */
+ * FA_MMA_BLOCK_ROW's), from its fragments (every part of them) and its row's other 3 lanes:
+ * the m part of K's scores (fa_mma_scores_of). */
 FCL_INLINE void FCL_CAT(fa_mma_q_block_sums, FA_NAME)(float (*qsum)[FA_D / 32],
                                                      uint (*qf)[FA_MMA_KSTEPS][4])
 {
@@ -821,9 +831,10 @@ FCL_INLINE void FCL_CAT(fa_mma_q_block_sums, FA_NAME)(float (*qsum)[FA_D / 32],
         for (uint b = 0; b < FA_D / 32; b++) {
             float sum = 0.0f;
             #pragma unroll
-            for (uint k = 0; k < 4; k++) { /* k-steps 2b and 2b + 1, columns 2t and 8 + 2t */
+            for (uint k = 0; k < 4 * FA_MMA_QPARTS; k++) { /* k-steps 2b, 2b + 1; columns 2t, 8 + 2t */
+                const uint part = k / 4 * FA_MMA_MT + r / 2, ks = 2 * b + k % 4 / 2;
                 const float2 h =
-                    FCL_CAT(fcl_nv_halves, FA_MMA_T)(qf[r / 2][2 * b + k / 2][r % 2 + 2 * (k % 2)]);
+                    FCL_CAT(fcl_nv_halves, FA_MMA_T)(qf[part][ks][r % 2 + 2 * (k % 2)]);
                 sum += h.x + h.y;
             }
             sum += fcl_nv_shuffle_xor(sum, 1);
@@ -964,7 +975,7 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDI
                 d[e] = v_d[cb][key];
                 m[e] = has_m ? v_m[cb][key] : 0.0f;
             }
-            uint pf[FA_MMA_MT][4];
+            uint pf[FA_MMA_QPARTS * FA_MMA_MT][4]; /* as fa_mma_accumulate's */
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++) {
                 float x[8]; /* p of (row g, g + 8) x (the 4 keys), weighed by d */
@@ -976,10 +987,13 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDI
                     if (pv != 0.0f)
                         pm[2 * mt + row][cb] = fma(pv, m[key], pm[2 * mt + row][cb]);
                 }
-                pf[mt][0] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[0], x[1]);
-                pf[mt][1] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2], x[3]);
-                pf[mt][2] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[4], x[5]);
-                pf[mt][3] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[6], x[7]);
+                #pragma unroll
+                for (uint i = 0; i < 4; i++)
+#if FA_MMA_Q32
+                    pf[mt][i] = fa_mma_split_f16(x[2 * i], x[2 * i + 1], &pf[FA_MMA_MT + mt][i]);
+#else
+                    pf[mt][i] = FCL_CAT(fcl_nv_pack, FA_MMA_T)(x[2 * i], x[2 * i + 1]);
+#endif
             }
             #pragma unroll
             for (uint n2 = 2 * cb; n2 < 2 * cb + 2; n2++) {
@@ -988,9 +1002,9 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDI
                     &v_tile[kk * 16 + matrix % 2 * 8 + lane % 8][n2 * 16 + matrix / 2 * 8], &b0,
                     &b1, &b2, &b3);
                 #pragma unroll
-                for (uint mt = 0; mt < FA_MMA_MT; mt++) {
-                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2], pf[mt], b0, b1);
-                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt][2 * n2 + 1], pf[mt], b2, b3);
+                for (uint mt = 0; mt < FA_MMA_QPARTS * FA_MMA_MT; mt++) {
+                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt % FA_MMA_MT][2 * n2], pf[mt], b0, b1);
+                    FCL_CAT(fa_mma, FA_MMA_T)(o[mt % FA_MMA_MT][2 * n2 + 1], pf[mt], b2, b3);
                 }
             }
         }
@@ -1455,5 +1469,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_RAW_ROW
 #undef FA_MMA_FETCH
 #undef FA_MMA_VALUES
+#undef FA_MMA_F16_TILES
 #undef FA_MMA_FETCH_K
 #undef FA_MMA_FETCH_V

@@ -1043,18 +1043,21 @@ int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *be
 
 const char *const fcl_mma_kind_names[FCL_MMA_KINDS] = {"f16", "bf16", "f32", "tf32", "f16q32"};
 
-/* A call with K/V formats on the tensor cores: products in q's 16-bit type, K and V each of
- * that type (copied into the tiles as they are) or coded (decoded into them); else -1. */
+/* A call with K/V formats on the tensor cores: products in q's 16-bit type, or in f16 for
+ * float32 q (llama.cpp's types: q and p split into f16 parts), K and V each of that type
+ * (copied into the tiles as they are) or coded (decoded into them); else -1. */
 static int mma_kv_kind(const fcl_attention_desc *d)
 {
     const int kind = d->dtype_q == FCL_DTYPE_F16    ? FCL_MMA_F16
                      : d->dtype_q == FCL_DTYPE_BF16 ? FCL_MMA_BF16
+                     : d->dtype_q == FCL_DTYPE_F32  ? FCL_MMA_F16_Q32
                                                     : -1;
+    const unsigned tiles = kind == FCL_MMA_F16_Q32 ? FCL_KV_F16 : fcl_format_of_dtype(d->dtype_q);
     const unsigned formats[2] = {d->format_k, d->format_v};
     for (int i = 0; i < 2; i++) {
         const unsigned f = formats[i] ? formats[i] : fcl_format_of_dtype(d->dtype_kv);
         const fcl_format_traits *t = fcl_format(f);
-        if (!t || ((t->roles & FCL_ROLE_FLOAT) && f != fcl_format_of_dtype(d->dtype_q)))
+        if (!t || ((t->roles & FCL_ROLE_FLOAT) && f != tiles))
             return -1;
     }
     return kind;
@@ -1081,13 +1084,14 @@ int fcl_mma_kind_f32(int kind) { return kind == FCL_MMA_F32 || kind == FCL_MMA_T
  * fragments alone would take 256 registers a lane), and not as GQA rows, which stay on the
  * portable decode kernel: on the H100 (B8 H32/8 D128, 8K keys) 3xTF32 rows took 0.360 ms and
  * the portable kernel 0.327, and the GQA build (one warp then) spilled at head dim 128. The
- * builds for K/V formats (kv): f16 and bf16. */
+ * builds for K/V formats (kv): f16 and bf16, and float32 q over f16 tiles in prefill (its GQA
+ * rows over coded K/V go to the 8-bit decode kernel, or else to this prefill build). */
 int fcl_plan_mma_built(int bucket, int kind, int gqa_rows, int kv)
 {
     if (fcl_mma_kind_f32(kind))
         return !kv && bucket < 2 && !gqa_rows;
     if (kind == FCL_MMA_F16_Q32)
-        return !kv && bucket < 2;
+        return bucket < 2 && !(kv && gqa_rows);
     return 1;
 }
 

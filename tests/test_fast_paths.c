@@ -663,6 +663,59 @@ static void test_kv_decode_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Float32 q over coded K/V in prefill (llama.cpp's types) on the tensor-core kernel's
+ * f16q32 _kv build: q and p in two f16 parts, K's and V's codes exact in the f16 tiles, ggml's
+ * factors in float32. Head dims 128 and 64, bottom-right causal GQA: raw q8_0 and iq4_nl
+ * bytes, q4_1 K and q5_1 V (an m in both products), HEAD and TOKEN scales, a coded K or V
+ * beside an f16 one, NaN and infinite V codes hidden from some queries, split-KV with a
+ * window, a shuffled paged cache; q at 2^17 and 2^-30 times its size with K's TENSOR scale
+ * the inverse (f16 parts of q alone would overflow or vanish). */
+static void test_mma_kv_f32_q_matches(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const fcl_kv_scale none = FCL_KV_SCALE_NONE;
+    const fcl_attention_path mma = FCL_ATTENTION_PATH_MMA;
+    const fcl_attention_desc prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
+                                        .len_kv = 133, .head_dim = 128,
+                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                        .dtype_q = FCL_DTYPE_F32, .dtype_kv = FCL_DTYPE_F16};
+    fcl_attention_desc d64 = prefill, hidden = prefill, split = prefill, paged = prefill;
+    d64.head_dim = 64;
+    hidden.len_q = hidden.len_kv = 64, hidden.head_dim = 64;
+    split.len_kv = 700, split.kv_splits = 3;
+    split.window = 1, split.window_left = 40, split.window_right = 3;
+    paged.batch = 3, paged.len_q = 20;
+    check_kv_case(portable, prefill, FCL_KV_Q8_0, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, d64, FCL_KV_Q8_0, FCL_KV_Q4_0, KV_FROM_DATA, none, none, 0, mma);
+    check_kv_case(portable, prefill, FCL_KV_Q4_1, FCL_KV_Q5_1, KV_FROM_DATA, none, none, 0, mma);
+    check_kv_case(portable, d64, FCL_KV_Q5_1, FCL_KV_Q4_1, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, prefill, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA,
+                  FCL_KV_SCALE_HEAD, FCL_KV_SCALE_TOKEN, 0, mma);
+    check_kv_case(portable, prefill, FCL_KV_IQ4_NL, FCL_KV_FP8_E5M2, KV_RAW, FCL_KV_SCALE_TOKEN,
+                  none, 0, mma);
+    check_kv_case(portable, prefill, FCL_KV_Q8_0, FCL_KV_F16, KV_FROM_DATA, none, none, 0, mma);
+    check_kv_case(portable, d64, FCL_KV_F16, FCL_KV_Q4_0, KV_RAW, none, none, 0, mma);
+    check_kv_case(portable, hidden, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none, none, 1, mma);
+    check_kv_case(portable, hidden, FCL_KV_FP8_E5M2, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
+    check_kv_case(portable, split, FCL_KV_Q8_0, FCL_KV_Q5_0, KV_RAW, none, none, 0, mma);
+    check_kv_paged(portable, paged);
+    static const int exponents[2] = {17, -30};
+    for (int i = 0; i < 2; i++) {
+        attention_run r = {.d = prefill};
+        r.d.format_k = r.d.format_v = FCL_KV_INT8;
+        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
+        r.d.k_scale = ldexpf(0.03f, -exponents[i]), r.d.v_scale = 0.03f;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        for (size_t e = 0; e < r.q_n; e++)
+            ((float *)r.io.q)[e] = ldexpf(((float *)r.io.q)[e], exponents[i]);
+        check_kv_both(portable, &r, mma);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -753,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_gqa_decode_rows_match),
         cmocka_unit_test(test_mma_kv_matches),
         cmocka_unit_test(test_kv_decode_f32_q_matches),
+        cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);

@@ -689,8 +689,16 @@ static void test_mma_path_rules(void **state)
     d.head_dim = d.head_dim_v = 128;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F16_Q32 &&
                 l.block_q == 128 && l.work_group_size == 256);
+    d.format_k = FCL_KV_Q8_0; /* ... and over coded K beside f16 V: its _kv build */
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F16_Q32 &&
+                l.block_q == 128 && l.work_group_size == 256);
+    d.format_v = FCL_KV_BF16; /* V in bf16 under float32 q: the portable kernels */
+    assert_false(fcl_plan_attention_mma(&nv, &d, 1, &l));
+    d.format_v = FCL_KV_FP8_E4M3;
+    assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.mma_kind == FCL_MMA_F16_Q32);
     d.head_dim = d.head_dim_v = 256;
     assert_false(fcl_plan_attention_mma(&nv, &d, 1, &l));
+    d.format_k = d.format_v = FCL_KV_FORMAT_DTYPE;
     d.dtype_q = d.dtype_kv = FCL_DTYPE_F16; /* head dim 256: 8 warps of 16 rows, 32 keys */
     d.head_dim = d.head_dim_v = 256;
     assert_true(fcl_plan_attention_mma(&nv, &d, 1, &l) && l.bucket == 2 && l.block_q == 128 &&
@@ -741,7 +749,7 @@ static void test_mma_path_rules(void **state)
     coded.dtype_q = FCL_DTYPE_F32; /* float32 q: the kernel's f16q32 build */
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && l.kv_decode &&
                 l.mma_kind == FCL_MMA_F16_Q32 && l.block_q == 8);
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l)); /* no _kv build for it */
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l)); /* no _kv rows build for it */
     coded.dtype_q = FCL_DTYPE_F16;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, &l));
     assert_true(!l.kv_decode && l.gqa_rows && l.block_q == 16);
