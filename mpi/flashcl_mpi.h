@@ -60,8 +60,10 @@ FCL_API void fcl_mpi_workspace_destroy(fcl_mpi_workspace *ws); /* NULL is a no-o
  * whole sequences (query_offsets), the partials merged as they arrive
  * (fcl_attention_merge). With causality, a block whose keys all follow a rank's queries is
  * skipped. Every rank's K and V buffers are of one size and d's views apply to each block;
- * contiguous (not paged or packed) K/V without scale buffers (FCL_ERROR_UNSUPPORTED);
- * otherwise as fcl_mpi_attention_sharded. */
+ * K and V in any storage type or format: TOKEN scale buffers travel with their keys (of one
+ * size on every rank too), HEAD scales are each rank's own (the same values on every rank);
+ * contiguous (not paged or packed) K/V (FCL_ERROR_UNSUPPORTED); otherwise as
+ * fcl_mpi_attention_sharded. */
 FCL_API fcl_status fcl_mpi_attention_ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
                                           const fcl_attention_desc *d, const fcl_attention_io *io);
 

@@ -20,37 +20,60 @@ typedef struct {
     long *lens, *starts;
 } ring_places;
 
-/* What the ring takes beyond what every call does: contiguous K/V, and K and V buffers of
- * one size on every rank (the views apply to each block); their size into *bytes. Zig-zag
- * order: whole blocks of two equal chunks (len_q == len_kv, even, no seqlens_kv). */
+/* The tensors that travel around the ring: K, V, and their TOKEN scales (per key, so they
+ * go with the keys; HEAD scales are each rank's own, the same on every rank). */
+enum { RING_K, RING_V, RING_K_SCALES, RING_V_SCALES, RING_TENSORS };
+static const char *const ring_tensor_names[RING_TENSORS] = {"k", "v", "k_scales", "v_scales"};
+
+/* io's buffer of travelling tensor i (NULL where it stays at home). */
+static cl_mem ring_tensor(const fcl_attention_desc *d, const fcl_attention_io *io, int i)
+{
+    switch (i) {
+    case RING_K: return io->k;
+    case RING_V: return io->v;
+    case RING_K_SCALES: return d->scale_mode_k == FCL_KV_SCALE_TOKEN ? io->k_scales : NULL;
+    default: return d->scale_mode_v == FCL_KV_SCALE_TOKEN ? io->v_scales : NULL;
+    }
+}
+
+/* What the ring takes beyond what every call does: contiguous K/V, and buffers of one size
+ * on every rank for each travelling tensor (the views apply to each block); their sizes into
+ * bytes (0: none). Zig-zag order: whole blocks of two equal chunks (len_q == len_kv, even, no
+ * seqlens_kv). */
 static fcl_status check_ring(const fcl_attention_desc *d, const fcl_attention_io *io, int zigzag,
-                             size_t bytes[2])
+                             size_t bytes[RING_TENSORS])
 {
     if (d->page_size || io->cu_seqlens_kv || io->block_table)
         return mpi_fail(FCL_ERROR_UNSUPPORTED, "ring attention takes contiguous K/V blocks (not "
                                                "paged or packed) for now");
-    if (io->k_scales || io->v_scales) /* (they would have to travel with the blocks) */
-        return mpi_fail(FCL_ERROR_UNSUPPORTED, "ring attention takes no K/V scale buffers yet");
     if (zigzag && (d->len_q != d->len_kv || d->len_q % 2 || io->seqlens_kv))
         return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
                         "zig-zag order takes whole blocks of two equal chunks: len_q (%zu) equal "
                         "to len_kv (%zu), even, and no seqlens_kv",
                         d->len_q, d->len_kv);
-    for (int i = 0; i < 2; i++)
-        if (clGetMemObjectInfo(i ? io->v : io->k, CL_MEM_SIZE, sizeof bytes[i], &bytes[i], NULL) !=
-                CL_SUCCESS ||
-            bytes[i] > INT_MAX)
+    for (int i = 0; i < RING_TENSORS; i++) {
+        const cl_mem m = ring_tensor(d, io, i);
+        bytes[i] = 0;
+        if (m && (clGetMemObjectInfo(m, CL_MEM_SIZE, sizeof bytes[i], &bytes[i], NULL) !=
+                      CL_SUCCESS ||
+                  bytes[i] > INT_MAX))
             return mpi_fail(FCL_ERROR_INVALID_ARGUMENT,
-                            "io->%s is not a buffer, or exceeds one MPI message", i ? "v" : "k");
+                            "io->%s is not a buffer, or exceeds one MPI message",
+                            ring_tensor_names[i]);
+    }
     return FCL_SUCCESS;
 }
 
-/* The ranks' K and V buffers are of one size (collective). */
-static fcl_status agree_sizes(MPI_Comm comm, const size_t bytes[2])
+/* The ranks' travelling buffers are of one size each (collective). */
+static fcl_status agree_sizes(MPI_Comm comm, const size_t bytes[RING_TENSORS])
 {
-    static const char *const names[] = {"k's buffer size", "v's buffer size"};
-    const long mine[2] = {(long)bytes[0], (long)bytes[1]};
-    return mpi_agree_values(comm, mine, names, 2);
+    static const char *const names[RING_TENSORS] = {"k's buffer size", "v's buffer size",
+                                                    "k_scales' buffer size",
+                                                    "v_scales' buffer size"};
+    long mine[RING_TENSORS];
+    for (int i = 0; i < RING_TENSORS; i++)
+        mine[i] = (long)bytes[i];
+    return mpi_agree_values(comm, mine, names, RING_TENSORS);
 }
 
 /* Every rank's lengths (an MPI_Allgather of this rank's) and their blocks' starts (pl's
@@ -89,34 +112,36 @@ static void block_offsets(const fcl_attention_desc *d, const ring_places *pl, in
  * its own offsets, so that a step is enqueued without waiting. */
 #define RING_CALLS 4
 
-/* The ring's device buffers: a received K and V block, its lengths, each call's offsets, a
+/* The ring's device buffers: a received block's tensors, its lengths, each call's offsets, a
  * partial (out, lse), the running lse, and in zig-zag order each query chunk's running
  * (out, lse). */
 typedef struct {
-    cl_mem k, v, lens, offsets[RING_CALLS], part_out, part_lse, lse, chunk_out[2], chunk_lse[2];
+    cl_mem held[RING_TENSORS], lens, offsets[RING_CALLS], part_out, part_lse, lse, chunk_out[2],
+        chunk_lse[2];
 } ring_buffers;
 
-#define RING_BUFFERS 14
+#define RING_BUFFERS 16
 
 /* The buffers' places in rb, in one order. */
 static void ring_buffer_list(ring_buffers *rb, cl_mem *all[RING_BUFFERS])
 {
     cl_mem *const list[RING_BUFFERS] = {
-        &rb->k,          &rb->v,          &rb->lens,         &rb->offsets[0],   &rb->offsets[1],
-        &rb->offsets[2], &rb->offsets[3], &rb->part_out,     &rb->part_lse,     &rb->lse,
+        &rb->held[0],    &rb->held[1],      &rb->held[2],      &rb->held[3],
+        &rb->lens,       &rb->offsets[0],   &rb->offsets[1],   &rb->offsets[2],
+        &rb->offsets[3], &rb->part_out,     &rb->part_lse,     &rb->lse,
         &rb->chunk_out[0], &rb->chunk_out[1], &rb->chunk_lse[0], &rb->chunk_lse[1]};
     memcpy(all, list, sizeof list);
 }
 
 static fcl_status ring_buffers_create(cl_context cl, const fcl_attention_desc *d, size_t rows,
-                                      size_t dim, int zigzag, const size_t bytes[2],
+                                      size_t dim, int zigzag, const size_t bytes[RING_TENSORS],
                                       ring_buffers *rb)
 {
     cl_int err = CL_SUCCESS;
     const size_t chunk_rows = zigzag ? rows / 2 : 0;
     const size_t ints = d->batch * sizeof(int32_t);
     const size_t sizes[RING_BUFFERS] = {
-        bytes[0], bytes[1], ints, ints, ints, ints, ints,
+        bytes[0], bytes[1], bytes[2], bytes[3], ints, ints, ints, ints, ints,
         rows * dim * sizeof(float), rows * sizeof(float), rows * sizeof(float),
         chunk_rows * dim * sizeof(float), chunk_rows * dim * sizeof(float),
         chunk_rows * sizeof(float), chunk_rows * sizeof(float)};
@@ -169,7 +194,13 @@ static fcl_status ring_attention(const ring_call *rc, const fcl_attention_desc *
                                                     d->batch * sizeof(int32_t), offsets, 0,
                                                     NULL, NULL) != CL_SUCCESS)
         return mpi_fail(FCL_ERROR_OPENCL, "writing a block's query offsets");
-    local.k = step ? rb->k : rc->io->k, local.v = step ? rb->v : rc->io->v;
+    if (step) { /* the received block's tensors */
+        local.k = rb->held[RING_K], local.v = rb->held[RING_V];
+        if (ring_tensor(d, rc->io, RING_K_SCALES))
+            local.k_scales = rb->held[RING_K_SCALES];
+        if (ring_tensor(d, rc->io, RING_V_SCALES))
+            local.v_scales = rb->held[RING_V_SCALES];
+    }
     local.seqlens_kv = seqlens;
     local.out = merge ? rb->part_out : out, local.lse = merge ? rb->part_lse : lse;
     if (!with_sinks)
@@ -254,6 +285,13 @@ static fcl_status zigzag_step(const ring_call *rc, int step, int src, int32_t *o
                                     row_units(d->format_k, d->dtype_kv, d->head_dim), kc * m);
             part.v_view = view_from(d->v_view, d->layout, kv_heads, d->len_kv,
                                     row_units(d->format_v, d->dtype_kv, rc->dim), kc * m);
+            /* TOKEN scales: (b, h, t) of [batch][heads_kv][tokens] where their strides are 0 */
+            if (d->scale_mode_k == FCL_KV_SCALE_TOKEN)
+                part.k_scales_view = view_from(d->k_scales_view, FCL_LAYOUT_BHLD, kv_heads,
+                                               d->len_kv, 1, kc * m);
+            if (d->scale_mode_v == FCL_KV_SCALE_TOKEN)
+                part.v_scales_view = view_from(d->v_scales_view, FCL_LAYOUT_BHLD, kv_heads,
+                                               d->len_kv, 1, kc * m);
             const int call = 2 * qc + kc;
             int32_t *mine = offsets + call * d->batch;
             for (size_t b = 0; b < d->batch; b++)
@@ -290,9 +328,9 @@ static fcl_status zigzag_finish(const ring_call *rc)
  * several times as fast as from malloc's, which also faults every page in on first use;
  * page-locking is slow in turn: 512 MiB took the H200's driver 0.3 s, hence workspaces). */
 typedef struct {
-    cl_mem buf[2][2];          /* [which of the two][K, V] */
-    unsigned char *held[2][2]; /* their mapped memory */
-    size_t bytes[2];           /* K's and V's size */
+    cl_mem buf[2][RING_TENSORS];          /* [which of the two][K, V, their TOKEN scales] */
+    unsigned char *held[2][RING_TENSORS]; /* their mapped memory */
+    size_t bytes[RING_TENSORS];           /* each tensor's size */
 } ring_staging;
 
 struct fcl_mpi_workspace {
@@ -303,34 +341,38 @@ struct fcl_mpi_workspace {
 
 static void staging_release(cl_command_queue queue, ring_staging *st)
 {
-    for (int i = 0; i < 4; i++) {
-        if (st->held[i / 2][i % 2])
-            clEnqueueUnmapMemObject(queue, st->buf[i / 2][i % 2], st->held[i / 2][i % 2], 0, NULL,
-                                    NULL);
-        if (st->buf[i / 2][i % 2])
-            clReleaseMemObject(st->buf[i / 2][i % 2]);
-    }
+    for (int which = 0; which < 2; which++)
+        for (int i = 0; i < RING_TENSORS; i++) {
+            if (st->held[which][i])
+                clEnqueueUnmapMemObject(queue, st->buf[which][i], st->held[which][i], 0, NULL, NULL);
+            if (st->buf[which][i])
+                clReleaseMemObject(st->buf[which][i]);
+        }
     memset(st, 0, sizeof *st);
 }
 
-/* st with room for blocks of bytes[0] and bytes[1] (what it holds where that suffices). */
-static fcl_status staging_reserve(cl_context cl, cl_command_queue queue, const size_t bytes[2],
-                                  ring_staging *st)
+/* st with room for blocks of bytes (what it holds where that suffices). */
+static fcl_status staging_reserve(cl_context cl, cl_command_queue queue,
+                                  const size_t bytes[RING_TENSORS], ring_staging *st)
 {
-    if (st->buf[0][0] && st->bytes[0] >= bytes[0] && st->bytes[1] >= bytes[1])
+    int enough = st->buf[0][0] != NULL;
+    for (int i = 0; i < RING_TENSORS; i++)
+        enough &= st->bytes[i] >= bytes[i];
+    if (enough)
         return FCL_SUCCESS;
     staging_release(queue, st);
     cl_int err = CL_SUCCESS;
-    for (int i = 0; i < 4 && err == CL_SUCCESS; i++) {
-        const size_t size = bytes[i % 2] ? bytes[i % 2] : 4;
-        st->buf[i / 2][i % 2] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size,
-                                               NULL, &err);
+    for (int n = 0; n < 2 * RING_TENSORS && err == CL_SUCCESS; n++) {
+        const int which = n / RING_TENSORS, i = n % RING_TENSORS;
+        const size_t size = bytes[i] ? bytes[i] : 4;
+        st->buf[which][i] = clCreateBuffer(cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, size,
+                                           NULL, &err);
         if (err == CL_SUCCESS)
-            st->held[i / 2][i % 2] = clEnqueueMapBuffer(queue, st->buf[i / 2][i % 2], CL_TRUE,
-                                                        CL_MAP_READ | CL_MAP_WRITE, 0, size, 0,
-                                                        NULL, NULL, &err);
+            st->held[which][i] = clEnqueueMapBuffer(queue, st->buf[which][i], CL_TRUE,
+                                                    CL_MAP_READ | CL_MAP_WRITE, 0, size, 0, NULL,
+                                                    NULL, &err);
     }
-    st->bytes[0] = bytes[0], st->bytes[1] = bytes[1];
+    memcpy(st->bytes, bytes, sizeof st->bytes);
     if (err == CL_SUCCESS)
         return FCL_SUCCESS;
     staging_release(queue, st);
@@ -375,7 +417,7 @@ static fcl_status finish_progressing(cl_command_queue queue, MPI_Request *req, i
 {
     cl_event marker;
     cl_int status = CL_QUEUED;
-    MPI_Status statuses[4]; /* (posted <= 4) */
+    MPI_Status statuses[2 * RING_TENSORS]; /* (posted <= 2 RING_TENSORS) */
     const struct timespec pause = {0, 20000};
     int moved = !posted;
     if (clEnqueueMarkerWithWaitList(queue, 0, NULL, &marker) != CL_SUCCESS)
@@ -400,7 +442,7 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
     int rank, size;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
-    size_t bytes[2] = {0, 0};
+    size_t bytes[RING_TENSORS] = {0};
     cl_context cl = NULL;
     fcl_status s = mpi_check_local(ctx, d, io);
     if (s == FCL_SUCCESS)
@@ -434,42 +476,38 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
         s = ring_buffers_create(cl, d, rc.rows, dim, zigzag, bytes, &rb);
     if (s == FCL_SUCCESS && size > 1) /* (one rank sends nothing) */
         s = staging_reserve(cl, rc.queue, bytes, st);
-    unsigned char *(*held)[2] = st->held;
-    if (s == FCL_SUCCESS && size > 1 &&
-        (clEnqueueReadBuffer(rc.queue, io->k, CL_TRUE, 0, bytes[0], held[0][0], 0, NULL, NULL) !=
-             CL_SUCCESS ||
-         clEnqueueReadBuffer(rc.queue, io->v, CL_TRUE, 0, bytes[1], held[0][1], 0, NULL, NULL) !=
-             CL_SUCCESS))
-        s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's K and V block");
+    unsigned char *(*held)[RING_TENSORS] = st->held;
+    for (int i = 0; i < RING_TENSORS && s == FCL_SUCCESS && size > 1; i++)
+        if (bytes[i] && clEnqueueReadBuffer(rc.queue, ring_tensor(d, io, i), CL_TRUE, 0, bytes[i],
+                                            held[0][i], 0, NULL, NULL) != CL_SUCCESS)
+            s = mpi_fail(FCL_ERROR_OPENCL, "reading this rank's block of %s", ring_tensor_names[i]);
     s = mpi_agree(comm, s, "preparing its block");
     if (s == FCL_SUCCESS && !zigzag) /* (zig-zag blocks are whole: their places follow) */
         s = mpi_agree(comm, gather_places(comm, size, batch, mine, &pl), "gathering the lengths");
     const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
     for (int step = 0; s == FCL_SUCCESS && step < size; step++) {
         const int src = (rank + size - step) % size, cur = step % 2;
-        MPI_Request req[4];
+        MPI_Request req[2 * RING_TENSORS];
         int posted = 0;
-        if (step + 1 < size) { /* the next block in flight during this step */
-            for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < RING_TENSORS && step + 1 < size; i++) /* the next block in flight */
+            if (bytes[i]) {
                 MPI_Irecv(held[!cur][i], (int)bytes[i], MPI_BYTE, prev, i, comm, &req[posted++]);
                 MPI_Isend(held[cur][i], (int)bytes[i], MPI_BYTE, next, i, comm, &req[posted++]);
             }
-        }
         s = zigzag ? zigzag_step(&rc, step, src, offsets)
                    : blocks_step(&rc, &pl, step, src, lens, offsets);
         if (s == FCL_SUCCESS)
             s = finish_progressing(rc.queue, req, posted);
         /* Every rank completes the transfers it posted, whatever its step gave; one agreement
          * a step then suffices (nothing collective lies between). */
-        MPI_Status status[4];
+        MPI_Status status[2 * RING_TENSORS];
         if (posted && MPI_Waitall(posted, req, status) != MPI_SUCCESS && s == FCL_SUCCESS)
             s = mpi_fail(FCL_ERROR_COMMUNICATION, "passing a K/V block around the ring failed");
-        if (s == FCL_SUCCESS && step + 1 < size &&
-            (clEnqueueWriteBuffer(rc.queue, rb.k, CL_TRUE, 0, bytes[0], held[!cur][0], 0, NULL,
-                                  NULL) != CL_SUCCESS ||
-             clEnqueueWriteBuffer(rc.queue, rb.v, CL_TRUE, 0, bytes[1], held[!cur][1], 0, NULL,
-                                  NULL) != CL_SUCCESS))
-            s = mpi_fail(FCL_ERROR_OPENCL, "copying a received block to the device");
+        for (int i = 0; i < RING_TENSORS && s == FCL_SUCCESS && step + 1 < size; i++)
+            if (bytes[i] && clEnqueueWriteBuffer(rc.queue, rb.held[i], CL_TRUE, 0, bytes[i],
+                                                 held[!cur][i], 0, NULL, NULL) != CL_SUCCESS)
+                s = mpi_fail(FCL_ERROR_OPENCL, "copying a received block of %s to the device",
+                             ring_tensor_names[i]);
         s = mpi_agree(comm, s, "a ring step");
     }
     if (s == FCL_SUCCESS && zigzag)

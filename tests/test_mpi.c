@@ -3,6 +3,7 @@
  * keys (uneven cuts, empty shards), and checks the merged result against the float64
  * reference over the whole sequence. */
 #include "flashcl_mpi.h"
+#include "kv_reference.h"
 #include "support.h"
 
 #include <math.h>
@@ -185,24 +186,55 @@ static void test_sharded_decode(void **state)
         check_sharded(&cases[i], lens);
 }
 
+/* A ring case: each rank's block of block_len tokens; K and V in their formats (0: dtype_kv),
+ * with their scale modes (TOKEN scales travel with their keys, HEAD ones are every rank's). */
+typedef struct {
+    size_t block_len;
+    fcl_causal causal;
+    size_t window;
+    int alibi, sinks;
+    fcl_dtype dtype_kv;
+    fcl_kv_format format_k, format_v;
+    fcl_kv_scale scale_k, scale_v;
+} ring_case;
+
+/* The whole problem's K or V scales of mode (float32 [B][Hk][N] for TOKEN, [B][Hk] for HEAD,
+ * distinct values) and this rank's (the tokens at[t] of its block; HEAD: the same). */
+static float *ring_scales(fcl_kv_scale mode, size_t B, size_t Hk, size_t N, const size_t *at,
+                          size_t block_len, float **local)
+{
+    *local = NULL;
+    if (mode != FCL_KV_SCALE_TOKEN && mode != FCL_KV_SCALE_HEAD)
+        return NULL;
+    const size_t per = mode == FCL_KV_SCALE_TOKEN ? N : 1, mine = mode == FCL_KV_SCALE_TOKEN ? block_len : 1;
+    float *whole = kv_random_scales(B * Hk * per);
+    *local = malloc(B * Hk * mine * sizeof(float));
+    assert_non_null(*local);
+    for (size_t bh = 0; bh < B * Hk; bh++)
+        for (size_t t = 0; t < mine; t++)
+            (*local)[bh * mine + t] = whole[bh * per + (per > 1 ? at[t] : 0)];
+    return whole;
+}
+
 /* Ring attention: every rank holds block_len tokens of each sequence (its queries and their
  * keys and values), the blocks in rank order, or in zig-zag order two chunks of half that
  * (chunks rank and 2 ranks - 1 - rank); its queries' rows of the result against the float64
- * reference of the whole sequences. */
-static void check_ring(fcl_mpi_workspace *ws, size_t block_len, fcl_causal causal, size_t window,
-                       int alibi, int sinks, fcl_dtype dtype_kv, int zigzag)
+ * reference of the whole sequences (over K's and V's decoded values). */
+static void check_ring(fcl_mpi_workspace *ws, const ring_case *c, int zigzag)
 {
-    const size_t B = 2, Hq = 8, Hk = 2, D = 64, N = block_len * (size_t)ranks;
-    const size_t es = chk_dtype_size(dtype_kv), rows = B * Hq * block_len;
+    const size_t B = 2, Hq = 8, Hk = 2, D = 64, block_len = c->block_len, N = block_len * (size_t)ranks;
+    const unsigned fk = chk_kv_format(c->format_k, c->dtype_kv), fv = chk_kv_format(c->format_v, c->dtype_kv);
+    const size_t rk = chk_kv_row_units(fk, D) * chk_kv_unit_bytes(fk);
+    const size_t rv = chk_kv_row_units(fv, D) * chk_kv_unit_bytes(fv), rows = B * Hq * block_len;
     float *q = chk_random_tensor(B * Hq * N * D, FCL_DTYPE_F32, &rng);
-    void *k = chk_random_tensor(B * Hk * N * D, dtype_kv, &rng);
-    void *v = chk_random_tensor(B * Hk * N * D, dtype_kv, &rng);
+    unsigned char *k = kv_tensor(fk, B * Hk * N, D, KV_FROM_DATA, &rng);
+    unsigned char *v = kv_tensor(fv, B * Hk * N, D, KV_FROM_DATA, &rng);
     float slopes[8], sink[8];
     for (size_t h = 0; h < Hq; h++)
         slopes[h] = 0.25f / (float)(h + 1), sink[h] = (float)chk_normal(&rng);
     float *lq = malloc(rows * D * 4);
     size_t *at = malloc(block_len * sizeof(size_t)); /* this rank's token t: the whole's at[t] */
-    unsigned char *lk = malloc(B * Hk * block_len * D * es), *lv = malloc(B * Hk * block_len * D * es);
+    unsigned char *lk = malloc(B * Hk * block_len * rk), *lv = malloc(B * Hk * block_len * rv);
     assert_true(q && k && v && lq && at && lk && lv);
     const size_t m = block_len / 2, last = 2 * (size_t)ranks - 1;
     for (size_t t = 0; t < block_len; t++)
@@ -215,55 +247,82 @@ static void check_ring(fcl_mpi_workspace *ws, size_t block_len, fcl_causal causa
                 memcpy(lq + ((b * Hq + h) * block_len + t) * D, q + ((b * Hq + h) * N + at[t]) * D,
                        D * 4);
             for (size_t h = 0; h < Hk; h++) {
-                const size_t to = ((b * Hk + h) * block_len + t) * D * es;
-                const size_t from = ((b * Hk + h) * N + at[t]) * D * es;
-                memcpy(lk + to, (unsigned char *)k + from, D * es);
-                memcpy(lv + to, (unsigned char *)v + from, D * es);
+                const size_t to = (b * Hk + h) * block_len + t, from = (b * Hk + h) * N + at[t];
+                memcpy(lk + to * rk, k + from * rk, rk);
+                memcpy(lv + to * rv, v + from * rv, rv);
             }
         }
+    float *lks, *lvs;
+    float *ks = ring_scales(c->scale_k, B, Hk, N, at, block_len, &lks);
+    float *vs = ring_scales(c->scale_v, B, Hk, N, at, block_len, &lvs);
     fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = block_len,
-                            .len_kv = block_len, .head_dim = D, .causal = causal,
-                            .dtype_kv = dtype_kv, .window = window > 0,
-                            .window_left = window, .window_right = window};
+                            .len_kv = block_len, .head_dim = D, .causal = c->causal,
+                            .dtype_kv = c->dtype_kv, .window = c->window > 0,
+                            .window_left = c->window, .window_right = c->window,
+                            .format_k = c->format_k, .format_v = c->format_v,
+                            .scale_mode_k = c->scale_k, .scale_mode_v = c->scale_v,
+                            .k_scales_batch_stride = c->scale_k == FCL_KV_SCALE_HEAD ? Hk : 0,
+                            .v_scales_batch_stride = c->scale_v == FCL_KV_SCALE_HEAD ? Hk : 0};
+    const size_t scale_floats[4] = {0, 0, B * Hk, B * Hk * block_len}; /* by mode */
     fcl_attention_io io = {.q = device_copy(lq, rows * D * 4),
-                           .k = device_copy(lk, B * Hk * block_len * D * es),
-                           .v = device_copy(lv, B * Hk * block_len * D * es),
+                           .k = device_copy(lk, B * Hk * block_len * rk),
+                           .v = device_copy(lv, B * Hk * block_len * rv),
                            .out = device_copy(NULL, rows * D * 4), .lse = device_copy(NULL, rows * 4),
-                           .alibi_slopes = alibi ? device_copy(slopes, Hq * 4) : NULL,
-                           .sinks = sinks ? device_copy(sink, Hq * 4) : NULL};
+                           .alibi_slopes = c->alibi ? device_copy(slopes, Hq * 4) : NULL,
+                           .sinks = c->sinks ? device_copy(sink, Hq * 4) : NULL,
+                           .k_scales = lks ? device_copy(lks, scale_floats[c->scale_k] * 4) : NULL,
+                           .v_scales = lvs ? device_copy(lvs, scale_floats[c->scale_v] * 4) : NULL};
     fcl_status s = zigzag ? fcl_mpi_attention_ring_zigzag(support_ctx, MPI_COMM_WORLD, ws, &d, &io)
                           : fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, ws, &d, &io);
     if (s != FCL_SUCCESS)
         fail_msg("rank %d: %s: %s", rank, fcl_status_string(s), fcl_mpi_last_error());
     fcl_attention_desc whole = d;
     whole.len_q = whole.len_kv = N;
-    const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .alibi_slopes = alibi ? slopes : NULL,
-                                        .sinks = sinks ? sink : NULL};
-    char what[96];
-    snprintf(what, sizeof what, "ring%s (causal %d window %zu alibi %d)", zigzag ? " zig-zag" : "",
-             causal, window, alibi);
+    const fcl_attention_host_io host = {.q = q, .k = k, .v = v,
+                                        .alibi_slopes = c->alibi ? slopes : NULL,
+                                        .sinks = c->sinks ? sink : NULL, .k_scales = ks,
+                                        .v_scales = vs};
+    char what[128];
+    snprintf(what, sizeof what, "ring%s (causal %d window %zu alibi %d formats %u/%u scales %d/%d)",
+             zigzag ? " zig-zag" : "", c->causal, c->window, c->alibi, fk, fv, c->scale_k,
+             c->scale_v);
     check_rank_rows(&io, whole, &host, at, block_len, what);
-    cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.alibi_slopes, io.sinks};
+    cl_mem all[] = {io.q, io.k, io.v, io.out, io.lse, io.alibi_slopes, io.sinks, io.k_scales, io.v_scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
     free(q), free(k), free(v), free(lq), free(at), free(lk), free(lv);
+    free(ks), free(vs), free(lks), free(lvs);
 }
 
 /* Prefill over blocks on the ranks: causal (blocks after the queries skipped), not causal,
- * a window and ALiBi across blocks, sinks once, f16 K/V, GQA; in rank order and in zig-zag
- * order (where every chunk pair has its own distance); the host blocks the call's own, then
- * a workspace's, grown from f16's blocks to f32's. */
+ * a window and ALiBi across blocks, sinks once, f16 K/V, GQA; q8_0 K and V, int8 K with TOKEN
+ * scales (travelling with their keys) beside fp8 V with HEAD scales, q4_0 K with TOKEN scales
+ * beside f16 V; in rank order and in zig-zag order (where every chunk pair has its own
+ * distance); the host blocks the call's own, then a workspace's, grown from f16's blocks to
+ * f32's. */
 static void test_ring_prefill(void **state)
 {
     (void)state;
+    const fcl_causal causal = FCL_CAUSAL_BOTTOM_RIGHT;
+    const fcl_kv_scale token = FCL_KV_SCALE_TOKEN, head = FCL_KV_SCALE_HEAD;
     fcl_mpi_workspace *ws = NULL;
     assert_int_equal(fcl_mpi_workspace_create(support_ctx, &ws), FCL_SUCCESS);
     for (int zigzag = 0; zigzag <= 1; zigzag++) {
-        check_ring(NULL, 24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 0, 0, FCL_DTYPE_F32, zigzag);
-        check_ring(ws, zigzag ? 18 : 17, FCL_CAUSAL_NONE, 0, 0, 1, FCL_DTYPE_F16, zigzag);
-        check_ring(ws, 24, FCL_CAUSAL_BOTTOM_RIGHT, 30, 0, 0, FCL_DTYPE_F16, zigzag);
-        check_ring(ws, 24, FCL_CAUSAL_BOTTOM_RIGHT, 0, 1, 1, FCL_DTYPE_F32, zigzag);
+        const size_t odd = zigzag ? 18 : 17;
+        const ring_case cases[] = {
+            {.block_len = 24, .causal = causal, .dtype_kv = FCL_DTYPE_F32},
+            {.block_len = odd, .sinks = 1, .dtype_kv = FCL_DTYPE_F16},
+            {.block_len = 24, .causal = causal, .window = 30, .dtype_kv = FCL_DTYPE_F16},
+            {.block_len = 24, .causal = causal, .alibi = 1, .sinks = 1, .dtype_kv = FCL_DTYPE_F32},
+            {.block_len = 24, .causal = causal, .format_k = FCL_KV_Q8_0, .format_v = FCL_KV_Q8_0},
+            {.block_len = 20, .causal = causal, .window = 15, .format_k = FCL_KV_INT8,
+             .format_v = FCL_KV_FP8_E4M3, .scale_k = token, .scale_v = head},
+            {.block_len = odd + 4, .alibi = 1, .format_k = FCL_KV_Q4_0, .format_v = FCL_KV_F16,
+             .scale_k = token},
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            check_ring(i ? ws : NULL, &cases[i], zigzag);
     }
     fcl_mpi_workspace_destroy(ws);
 }
