@@ -459,6 +459,20 @@ static void test_gqa_decode_rows_match(void **state)
                                          .len_kv = 700, .head_dim = 128, .dtype_q = t,
                                          .dtype_kv = tkv},
                     lens, FCL_ATTENTION_PATH_MMA);
+        /* masks: llama.cpp's f16 one, a row a sequence for every head (head stride 0);
+         * boolean and float32 ones of each head, with a split */
+        static const fcl_mask_type masks[3] = {FCL_MASK_ADD_F16, FCL_MASK_BOOL_U8, FCL_MASK_ADD_F32};
+        for (int m = 0; m < 3; m++) {
+            attention_run r = {.d = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 600, .head_dim = 128, .kv_splits = m == 1 ? 3 : 0,
+                                     .dtype_q = t, .dtype_kv = tkv}};
+            attention_contiguous_inputs(&r);
+            attention_mask(&r, masks[m]);
+            if (m == 0)
+                r.d.mask_stride_head = 0;
+            check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+            attention_free_inputs(&r);
+        }
 
         static const float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
         const fcl_attention_desc base = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
@@ -613,6 +627,15 @@ static void test_mma_kv_matches(void **state)
         window.window = 1, window.window_left = 40, window.window_right = 3;
         check_kv_case(portable, window, FCL_KV_Q5_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 0, mma);
         check_kv_paged(portable, rows);
+        /* GQA rows under llama.cpp's f16 mask (one row a sequence): the _kv build's rows */
+        attention_run masked = {.d = rows128};
+        masked.d.format_k = FCL_KV_Q8_0, masked.d.format_v = FCL_KV_Q4_0;
+        attention_contiguous_inputs(&masked);
+        kv_recode(&masked, KV_FROM_DATA);
+        attention_mask(&masked, FCL_MASK_ADD_F16);
+        masked.d.mask_stride_head = 0;
+        check_kv_both(portable, &masked, mma);
+        kv_free_run(&masked);
     }
     fcl_context_destroy(portable);
 }

@@ -29,14 +29,15 @@ static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
-    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l]]\n"
+    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l][,m]]\n"
     "                     [--kv FORMAT[,FORMAT_V]] [--kv-write T,Hkv,D[,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
     "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
     "  sN = N key splits (kv_splits) instead of the planner's, l = [batch][len][heads][dim]\n"
-    "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim];\n"
+    "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim], m = an additive\n"
+    "  f16 mask of one row a query shared by every head (llama.cpp's);\n"
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
     "  --kv: every attention case's K (and V) in that format (f32, f16, bf16, q8_0, q4_0,\n"
     "  q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, int8); GB/s count the bytes read.\n"
@@ -49,7 +50,7 @@ static const char usage[] =
 typedef enum { KIND_SOFTMAX, KIND_ATTENTION, KIND_KV_WRITE } case_kind;
 
 /* What an attention case adds to plain attention (bench_case.mods). */
-enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8 };
+enum { MOD_SOFTCAP = 1, MOD_ALIBI = 2, MOD_WINDOW = 4, MOD_SINKS = 8, MOD_MASK = 16 };
 #define BENCH_WINDOW 1024 /* keys a query sees with MOD_WINDOW (Mistral's 4096, scaled) */
 
 typedef struct bench_case {
@@ -376,6 +377,9 @@ static fcl_attention_desc attention_desc(const bench_case *c)
     d.softcap = c->mods & MOD_SOFTCAP ? 50.0f : 0.0f;
     if (c->mods & MOD_WINDOW)
         d.window = 1, d.window_left = BENCH_WINDOW - 1, d.window_right = FCL_WINDOW_UNBOUNDED;
+    if (c->mods & MOD_MASK) /* [batch][len_q][len_kv], head stride 0 */
+        d.mask_type = FCL_MASK_ADD_F16, d.mask_stride_q = d.len_kv,
+        d.mask_stride_batch = d.len_q * d.len_kv;
     return d;
 }
 
@@ -469,6 +473,8 @@ static int make_aux(bench *b, const bench_case *c)
         b->aux.cu_seqlens_q = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
         b->aux.cu_seqlens_kv = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
     }
+    if (err == CL_SUCCESS && (c->mods & MOD_MASK))
+        b->aux.mask = filled_buffer(b, c->batch * c->len_q * c->len_kv * 2, &err);
     if (err == CL_SUCCESS)
         err = make_head_buffers(b, c);
     free(ints);
@@ -493,8 +499,8 @@ static int make_slots(bench *b, const bench_case *c)
 static void release_aux(bench *b)
 {
     cl_mem all[] = {b->aux.seqlens_kv, b->aux.cu_seqlens_q, b->aux.cu_seqlens_kv,
-                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->softmax_mask,
-                    b->slots};
+                    b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->aux.mask,
+                    b->softmax_mask, b->slots};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -617,6 +623,8 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         bytes[2] = kv_tokens * hkv * v_row;
         n_bufs = 4;
         useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * c->len_kv * hkv * (k_row + v_row));
+        if (c->mods & MOD_MASK)
+            useful += (double)(c->batch * c->len_q * c->len_kv * 2);
         if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
             useful -= (double)(c->batch * c->len_kv * hkv * v_row);
             bytes[2] = 16;
@@ -682,6 +690,10 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
                  c->mods & MOD_SINKS ? " sinks" : "");
+    if (c->kind == KIND_ATTENTION && (c->mods & MOD_MASK)) {
+        const size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, " f16 mask");
+    }
     if (c->kind != KIND_SOFTMAX && (c->format_k || c->format_v)) {
         const size_t len = strlen(buf);
         snprintf(buf + len, cap - len, " kv %s/%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
@@ -704,7 +716,7 @@ static fcl_dtype parse_dtype(const char *s)
                                                                           : FCL_DTYPE_F32;
 }
 
-/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN and ,l in any order; 0 where
+/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN, ,l and ,m in any order; 0 where
  * malformed. */
 static int parse_attention(const char *arg, bench_case *c)
 {
@@ -723,6 +735,8 @@ static int parse_attention(const char *arg, bench_case *c)
             c->causal = 1, p += 2;
         else if (strncmp(p, ",l", 2) == 0 && (p[2] == ',' || !p[2]))
             c->blhd = 1, p += 2;
+        else if (strncmp(p, ",m", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->mods |= MOD_MASK, p += 2;
         else if ((sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size) ||
                  (sscanf(p, ",s%zu%n", &c->kv_splits, &n) == 1 && c->kv_splits))
             p += n;
