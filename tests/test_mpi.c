@@ -22,6 +22,8 @@ typedef struct {
     int sinks;
     size_t len_q, window; /* the queries: the sequences' last len_q; a window of that many */
     int alibi;
+    fcl_kv_format format_k, format_v; /* 0: dtype_kv */
+    fcl_kv_scale scale_k;             /* NONE or TOKEN (paged with K) */
 } sharded_case;
 
 /* Rank r's shard of a sequence of len keys: [cut[r], cut[r + 1]) of sorted random cuts, the
@@ -94,14 +96,18 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
 {
     const size_t B = c->batch, Hq = c->heads_q, Hk = c->heads_kv, D = c->dim, Lq = c->len_q;
     const size_t rows = B * Hq * Lq;
-    const size_t es = chk_dtype_size(c->dtype_kv);
+    const unsigned fk = chk_kv_format(c->format_k, c->dtype_kv), fv = chk_kv_format(c->format_v, c->dtype_kv);
+    const size_t rk = chk_kv_row_units(fk, D) * chk_kv_unit_bytes(fk);
+    const size_t rv = chk_kv_row_units(fv, D) * chk_kv_unit_bytes(fv);
+    const int token = c->scale_k == FCL_KV_SCALE_TOKEN;
     size_t cap = 1;
     for (size_t b = 0; b < B; b++)
         cap = lens[b] > (int32_t)cap ? (size_t)lens[b] : cap;
     /* the whole problem, the same on every rank */
     float *q = chk_random_tensor(rows * D, FCL_DTYPE_F32, &rng);
-    void *k = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
-    void *v = chk_random_tensor(B * Hk * cap * D, c->dtype_kv, &rng);
+    unsigned char *k = kv_tensor(fk, B * Hk * cap, D, KV_FROM_DATA, &rng);
+    unsigned char *v = kv_tensor(fv, B * Hk * cap, D, KV_FROM_DATA, &rng);
+    float *ks = token ? kv_random_scales(B * Hk * cap) : NULL; /* [b][hk][cap] */
     float sinks[16], slopes[16];
     for (size_t h = 0; h < Hq; h++)
         sinks[h] = (float)chk_normal(&rng), slopes[h] = 0.5f / (float)(h + 1);
@@ -116,29 +122,34 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     const size_t ps = c->page_size ? c->page_size : local_cap;
     const size_t per_seq = (local_cap + ps - 1) / ps, pages = B * per_seq;
     int32_t *table = malloc(pages * sizeof(int32_t));
-    unsigned char *lk = calloc(pages * Hk * ps * D, es), *lv = calloc(pages * Hk * ps * D, es);
-    assert_true(q && k && v && table && lk && lv);
+    unsigned char *lk = calloc(pages * Hk * ps, rk), *lv = calloc(pages * Hk * ps, rv);
+    float *lks = calloc(pages * Hk * ps, sizeof(float)); /* [page][hk][slot] */
+    assert_true(q && k && v && table && lk && lv && lks);
     chk_permutation(table, pages, &rank_rng);
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hk; h++)
             for (size_t j = 0; j < end[b] - start[b]; j++) {
                 /* paged BHLD: [page][head][slot][dim] */
                 const size_t page = c->page_size ? (size_t)table[b * per_seq + j / ps] : b;
-                const size_t to = ((page * Hk + h) * ps + j % ps) * D * es;
-                const size_t from = ((b * Hk + h) * cap + start[b] + j) * D * es;
-                memcpy(lk + to, (unsigned char *)k + from, D * es);
-                memcpy(lv + to, (unsigned char *)v + from, D * es);
+                const size_t to = (page * Hk + h) * ps + j % ps, from = (b * Hk + h) * cap + start[b] + j;
+                memcpy(lk + to * rk, k + from * rk, rk);
+                memcpy(lv + to * rv, v + from * rv, rv);
+                if (token)
+                    lks[to] = ks[from];
             }
     fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = Lq,
                             .len_kv = c->page_size ? per_seq * ps : local_cap, .head_dim = D,
                             .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_kv = c->dtype_kv,
                             .softcap = c->softcap, .window = c->window > 0,
-                            .window_left = c->window, .window_right = 0};
+                            .window_left = c->window, .window_right = 0,
+                            .format_k = c->format_k, .format_v = c->format_v,
+                            .scale_mode_k = c->scale_k};
     if (c->page_size)
         d.page_size = ps, d.num_pages = pages, d.block_table_stride = per_seq;
     fcl_attention_io io = {.q = device_copy(q, rows * D * 4),
-                           .k = device_copy(lk, pages * Hk * ps * D * es),
-                           .v = device_copy(lv, pages * Hk * ps * D * es),
+                           .k = device_copy(lk, pages * Hk * ps * rk),
+                           .v = device_copy(lv, pages * Hk * ps * rv),
+                           .k_scales = token ? device_copy(lks, pages * Hk * ps * 4) : NULL,
                            .out = device_copy(NULL, rows * D * 4),
                            .lse = device_copy(NULL, rows * 4),
                            .seqlens_kv = device_copy(local_lens, B * 4),
@@ -153,34 +164,40 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     whole.len_kv = cap, whole.page_size = whole.num_pages = whole.block_table_stride = 0;
     const fcl_attention_host_io host = {.q = q, .k = k, .v = v, .seqlens_kv = lens,
                                         .sinks = c->sinks ? sinks : NULL,
-                                        .alibi_slopes = c->alibi ? slopes : NULL};
+                                        .alibi_slopes = c->alibi ? slopes : NULL, .k_scales = ks};
     size_t at[8];
     for (size_t i = 0; i < Lq; i++)
         at[i] = i;
     check_rank_rows(&io, whole, &host, at, Lq, "sharded");
     cl_mem all[] = {io.q,          io.k,           io.v,     io.out,         io.lse,
-                    io.seqlens_kv, io.block_table, io.sinks, io.alibi_slopes};
+                    io.seqlens_kv, io.block_table, io.sinks, io.alibi_slopes, io.k_scales};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
-    free(q), free(k), free(v), free(table), free(lk), free(lv);
+    free(q), free(k), free(v), free(ks), free(table), free(lk), free(lv), free(lks);
 }
 
 /* GQA decoding over contiguous f32 shards and paged f16 ones (pages of 16 and 5, shuffled),
  * with softcap and sinks; the last 6 positions of each sequence at once (causal across the
- * shards), with a window and with ALiBi (distances across shards); an empty sequence. */
+ * shards), with a window and with ALiBi (distances across shards); an empty sequence; q8_0 K
+ * and V paged, int8 K with TOKEN scales (paged with it) beside q4_0 V. */
 static void test_sharded_decode(void **state)
 {
     (void)state;
     static const int32_t lens[4] = {37, 0, 100, 64};
     const sharded_case cases[] = {
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 1, 0, 0},
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 1, 0, 0},
-        {4, 4, 4, 128, 16, FCL_DTYPE_F16, 30.0f, 0, 1, 0, 0},
-        {4, 8, 1, 64, 5, FCL_DTYPE_F16, 0.0f, 1, 1, 0, 0},
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 6, 0, 0},
-        {4, 8, 2, 64, 16, FCL_DTYPE_F16, 0.0f, 0, 6, 20, 0},
-        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 6, 0, 1},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 1, 0, 0, 0, 0, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 1, 0, 0, 0, 0, 0},
+        {4, 4, 4, 128, 16, FCL_DTYPE_F16, 30.0f, 0, 1, 0, 0, 0, 0, 0},
+        {4, 8, 1, 64, 5, FCL_DTYPE_F16, 0.0f, 1, 1, 0, 0, 0, 0, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 0, 6, 0, 0, 0, 0, 0},
+        {4, 8, 2, 64, 16, FCL_DTYPE_F16, 0.0f, 0, 6, 20, 0, 0, 0, 0},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F32, 0.0f, 1, 6, 0, 1, 0, 0, 0},
+        {4, 8, 2, 64, 5, FCL_DTYPE_F16, 0.0f, 0, 1, 0, 0, FCL_KV_Q8_0, FCL_KV_Q8_0, 0},
+        {4, 8, 2, 64, 16, FCL_DTYPE_F16, 0.0f, 1, 6, 0, 0, FCL_KV_INT8, FCL_KV_Q4_0,
+         FCL_KV_SCALE_TOKEN},
+        {4, 8, 2, 64, 0, FCL_DTYPE_F16, 0.0f, 0, 1, 0, 0, FCL_KV_FP8_E4M3, FCL_KV_INT8,
+         FCL_KV_SCALE_TOKEN},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         check_sharded(&cases[i], lens);
