@@ -640,6 +640,25 @@ static void test_mma_kv_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Float32 q at 2^17 and 2^-30 times its size over int8 K and V, K's TENSOR scale the inverse
+ * (the same scores): f16 parts of q alone would overflow or vanish. */
+static void check_kv_scaled_q(fcl_context *portable, fcl_attention_desc d)
+{
+    static const int exponents[2] = {17, -30};
+    for (int i = 0; i < 2; i++) {
+        attention_run r = {.d = d};
+        r.d.format_k = r.d.format_v = FCL_KV_INT8;
+        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
+        r.d.k_scale = ldexpf(0.03f, -exponents[i]), r.d.v_scale = 0.03f;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        for (size_t e = 0; e < r.q_n; e++)
+            ((float *)r.io.q)[e] = ldexpf(((float *)r.io.q)[e], exponents[i]);
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        kv_free_run(&r);
+    }
+}
+
 /* Float32 q over 8-bit and q4_0 K and V as GQA rows (llama.cpp's decoding types) on the 8-bit
  * decode kernel's float32 build, at every bucket's head dim: raw q8_0 and q4_0 bytes, HEAD
  * and TOKEN scales, softcap and a split, NaN and infinite V codes (the slow path), a shuffled
@@ -667,19 +686,7 @@ static void test_kv_decode_f32_q_matches(void **state)
     check_kv_case(portable, one_head, FCL_KV_FP8_E5M2, FCL_KV_Q8_0, KV_FROM_DATA, none, none, 0, mma);
     check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
     check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none, none, 1, mma);
-    static const int exponents[2] = {17, -30};
-    for (int i = 0; i < 2; i++) {
-        attention_run r = {.d = rows128};
-        r.d.format_k = r.d.format_v = FCL_KV_INT8;
-        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
-        r.d.k_scale = ldexpf(0.03f, -exponents[i]), r.d.v_scale = 0.03f;
-        attention_contiguous_inputs(&r);
-        kv_recode(&r, KV_FROM_DATA);
-        for (size_t e = 0; e < r.q_n; e++)
-            ((float *)r.io.q)[e] = ldexpf(((float *)r.io.q)[e], exponents[i]);
-        check_kv_both(portable, &r, mma);
-        kv_free_run(&r);
-    }
+    check_kv_scaled_q(portable, rows128);
     check_kv_paged(portable, rows);
     check_kv_case(portable, rows128, FCL_KV_IQ4_NL, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
     check_kv_case(portable, rows, FCL_KV_Q8_0, FCL_KV_IQ4_NL, KV_RAW, none, none, 0, mma);
@@ -723,19 +730,7 @@ static void test_mma_kv_f32_q_matches(void **state)
     check_kv_case(portable, hidden, FCL_KV_FP8_E5M2, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
     check_kv_case(portable, split, FCL_KV_Q8_0, FCL_KV_Q5_0, KV_RAW, none, none, 0, mma);
     check_kv_paged(portable, paged);
-    static const int exponents[2] = {17, -30};
-    for (int i = 0; i < 2; i++) {
-        attention_run r = {.d = prefill};
-        r.d.format_k = r.d.format_v = FCL_KV_INT8;
-        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
-        r.d.k_scale = ldexpf(0.03f, -exponents[i]), r.d.v_scale = 0.03f;
-        attention_contiguous_inputs(&r);
-        kv_recode(&r, KV_FROM_DATA);
-        for (size_t e = 0; e < r.q_n; e++)
-            ((float *)r.io.q)[e] = ldexpf(((float *)r.io.q)[e], exponents[i]);
-        check_kv_both(portable, &r, mma);
-        kv_free_run(&r);
-    }
+    check_kv_scaled_q(portable, prefill);
     fcl_context_destroy(portable);
 }
 
