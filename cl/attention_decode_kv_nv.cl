@@ -512,7 +512,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
         }
         const float qk_scale = p->q_scale * w.s.k_scale * q_factor;
-        const int scale_in_c = !(p->flags & FA_FLAG_SOFTCAP) && qk_scale > 0.0f;
+        const int scale_in_c = !(p->flags & (FA_FLAG_SOFTCAP | FA_MASKS)) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
 
         float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
@@ -553,8 +553,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             float s[2][4];
             FA_KVD_BY_FORMAT(fk, FA_KVD_SCORES);
 
-            /* scores of row g, keys 8 nb + 2t + e: K's TOKEN scale, q's scale, softcap, and
-             * -inf past the split's end; then the online softmax (docs/ALGORITHMS.md) */
+            /* scores of row g, keys 8 nb + 2t + e: K's TOKEN scale, q's scale, softcap, the
+             * mask (its entry read only for keys before the split's end and rows of the
+             * call), and -inf past the split's end; then the online softmax
+             * (docs/ALGORITHMS.md) */
             float x[2][2], top = -INFINITY;
             #pragma unroll
             for (uint nb = 0; nb < 2; nb++)
@@ -568,6 +570,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                         v *= qk_scale;
                     if (p->flags & FA_FLAG_SOFTCAP)
                         v = fa_softcap(p->softcap, v);
+                    if (p->flags & FA_MASKS)
+                        v = fa_masked(p, io, &w, v, qi, kb + key, 0.0f,
+                                      kb + key < w.kv_end && qi < w.s.len_q);
                     x[nb][e] = kb + key < w.kv_end ? v : -INFINITY;
                     top = fmax(top, x[nb][e]);
                 }

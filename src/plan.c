@@ -1159,8 +1159,7 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
 }
 
 /* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 or float32 q, K and V
- * each in a coded format, head dims of the bucket's size, up to FA_KVD_ROWS rows, no mask
- * (the kernel reads none). */
+ * each in a coded format, head dims of the bucket's size, up to FA_KVD_ROWS rows. */
 static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
 {
     const size_t dim = fcl_attention_bucket_dim(bucket);
@@ -1170,7 +1169,7 @@ static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
             return 0;
     }
     return (d->dtype_q == FCL_DTYPE_F16 || d->dtype_q == FCL_DTYPE_F32) && d->head_dim == dim &&
-           d->head_dim_v == dim && d->len_q <= FA_KVD_ROWS && d->mask_type == FCL_MASK_NONE;
+           d->head_dim_v == dim && d->len_q <= FA_KVD_ROWS;
 }
 
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,

@@ -18,12 +18,13 @@
 #include <string.h>
 
 /* A context like the test's, with the tensor-core path switched off. */
-static fcl_context *portable_context(void)
+/* A context with FLASHCL_TUNE's `what` added (a path switched off). */
+static fcl_context *tuned_context(const char *what)
 {
     const char *tune = getenv("FLASHCL_TUNE");
     char *saved = tune ? strdup(tune) : NULL;
     char off[512];
-    snprintf(off, sizeof off, "%s%sattention_mma=0", tune ? tune : "", tune && *tune ? "," : "");
+    snprintf(off, sizeof off, "%s%s%s", tune ? tune : "", tune && *tune ? "," : "", what);
     setenv("FLASHCL_TUNE", off, 1);
     fcl_context *ctx = NULL;
     fcl_status s = fcl_context_create(NULL, &ctx);
@@ -33,9 +34,11 @@ static fcl_context *portable_context(void)
         unsetenv("FLASHCL_TUNE");
     free(saved);
     if (s != FCL_SUCCESS)
-        fail_msg("a context without the tensor cores: %s", fcl_context_last_error(NULL));
+        fail_msg("a context with %s: %s", what, fcl_context_last_error(NULL));
     return ctx;
 }
+
+static fcl_context *portable_context(void) { return tuned_context("attention_mma=0"); }
 
 /* Whether this device should run the NVIDIA kernels (prefill on its tensor cores, decode by
  * shuffles). */
@@ -627,15 +630,6 @@ static void test_mma_kv_matches(void **state)
         window.window = 1, window.window_left = 40, window.window_right = 3;
         check_kv_case(portable, window, FCL_KV_Q5_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 0, mma);
         check_kv_paged(portable, rows);
-        /* GQA rows under llama.cpp's f16 mask (one row a sequence): the _kv build's rows */
-        attention_run masked = {.d = rows128};
-        masked.d.format_k = FCL_KV_Q8_0, masked.d.format_v = FCL_KV_Q4_0;
-        attention_contiguous_inputs(&masked);
-        kv_recode(&masked, KV_FROM_DATA);
-        attention_mask(&masked, FCL_MASK_ADD_F16);
-        masked.d.mask_stride_head = 0;
-        check_kv_both(portable, &masked, mma);
-        kv_free_run(&masked);
     }
     fcl_context_destroy(portable);
 }
@@ -734,6 +728,48 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* GQA decoding over coded K/V under a mask, on the 8-bit decode kernel (f16 and float32 q)
+ * and, switched off, on what serves it then (the _kv build's rows; float32 q: its prefill
+ * build): llama.cpp's f16 mask, one row a sequence for every head (head stride 0), and
+ * boolean and float32 masks of each head, with softcap, a split and TOKEN scales. */
+static void test_kv_decode_masked(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context(), *without = tuned_context("attention_kv_decode=0");
+    const fcl_attention_desc base = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 300, .head_dim = 128, .softcap = 20.0f,
+                                     .kv_splits = 2, .causal = FCL_CAUSAL_BOTTOM_RIGHT};
+    static const struct {
+        fcl_dtype q;
+        fcl_kv_format k, v;
+        fcl_mask_type mask;
+        int every_head; /* one mask row a sequence for every head */
+        fcl_kv_scale k_mode;
+    } cases[] = {
+        {FCL_DTYPE_F16, FCL_KV_Q8_0, FCL_KV_Q4_0, FCL_MASK_ADD_F16, 1, FCL_KV_SCALE_NONE},
+        {FCL_DTYPE_F32, FCL_KV_Q8_0, FCL_KV_Q8_0, FCL_MASK_ADD_F16, 1, FCL_KV_SCALE_NONE},
+        {FCL_DTYPE_F16, FCL_KV_FP8_E4M3, FCL_KV_INT8, FCL_MASK_BOOL_U8, 0, FCL_KV_SCALE_TOKEN},
+        {FCL_DTYPE_F32, FCL_KV_INT8, FCL_KV_Q5_1, FCL_MASK_ADD_F32, 0, FCL_KV_SCALE_TOKEN},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = base};
+        r.d.dtype_q = cases[i].q, r.d.format_k = cases[i].k, r.d.format_v = cases[i].v;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        if (cases[i].k_mode)
+            kv_add_scales(&r, 0, cases[i].k_mode);
+        attention_mask(&r, cases[i].mask);
+        if (cases[i].every_head)
+            r.d.mask_stride_head = 0;
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        if (mma_expected())
+            check_attention_run_on(without, &r);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(without);
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -825,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_mma_kv_matches),
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
+        cmocka_unit_test(test_kv_decode_masked),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);

@@ -760,8 +760,8 @@ static void test_mma_path_rules(void **state)
         coded.format_k = nibbles[i];
         assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && l.kv_decode);
     }
-    coded.mask_type = FCL_MASK_ADD_F16; /* a mask: the _kv build's rows (the kernel reads none) */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode && l.gqa_rows);
+    coded.mask_type = FCL_MASK_ADD_F16; /* under a mask too */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && l.kv_decode);
     coded.mask_type = FCL_MASK_NONE;
     coded.format_k = FCL_KV_INT8, coded.head_dim = coded.head_dim_v = 96; /* not the bucket's */
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
