@@ -220,12 +220,12 @@ void kv_recode(attention_run *r, kv_fill fill)
     r->v_n = rows * chk_kv_row_units(fv, d.head_dim_v);
 }
 
-float *kv_random_scales(size_t n)
+float *kv_random_scales(size_t n, chk_rng *rng)
 {
     float *s = malloc((n ? n : 1) * sizeof(float));
     assert_non_null(s);
     for (size_t i = 0; i < n; i++)
-        s[i] = (float)(0.25 + 1.75 * chk_uniform(support_rng()));
+        s[i] = (float)(0.25 + 1.75 * chk_uniform(rng));
     return s;
 }
 
@@ -244,7 +244,7 @@ void kv_add_scales(attention_run *r, int is_v, fcl_kv_scale mode)
     *(is_v ? &r->d.scale_mode_v : &r->d.scale_mode_k) = mode;
     if (!n)
         return;
-    *(is_v ? &r->io.v_scales : &r->io.k_scales) = kv_random_scales(n);
+    *(is_v ? &r->io.v_scales : &r->io.k_scales) = kv_random_scales(n, support_rng());
     *(is_v ? &r->vs_n : &r->ks_n) = n;
 }
 

@@ -33,8 +33,8 @@ struct attention_run;
 /* Replaces the float K and V the support builders made for r (contiguous rows of head_dim
  * elements) by the same rows in r->d's formats, filled as `fill` says. */
 void kv_recode(struct attention_run *r, kv_fill fill);
-/* n distinct scales in [0.25, 2) (an indexing error changes the result), malloc'd. */
-float *kv_random_scales(size_t n);
+/* n distinct scales in [0.25, 2) from rng (an indexing error changes the result), malloc'd. */
+float *kv_random_scales(size_t n, chk_rng *rng);
 /* Scales of mode for K (is_v 0) or V over r's rows (TOKEN: default strides, one a row of
  * the cache; HEAD: rows of heads_kv + 1 a sequence, a batch stride that is not heads_kv). */
 void kv_add_scales(struct attention_run *r, int is_v, fcl_kv_scale mode);

@@ -92,7 +92,7 @@ static void test_scales(void **state)
             if (cases[c].format == FCL_KV_INT8) /* codes of +-127 times scales near 1/64 */
                 for (size_t i = 0; i < 2; i++) {
                     const size_t n = r.k_n / 64;
-                    float *s = kv_random_scales(n);
+                    float *s = kv_random_scales(n, support_rng());
                     for (size_t e = 0; e < n; e++)
                         s[e] /= 64.0f;
                     *(i ? &r.io.v_scales : &r.io.k_scales) = s;
@@ -202,7 +202,7 @@ static void test_varlen_and_modifiers(void **state)
     attention_packed_inputs(&r, cu_q, cu_kv);
     kv_recode(&r, KV_FROM_DATA);
     r.ks_n = 40 * 2 + 3; /* [total][heads_kv] after 3 spare floats */
-    r.io.k_scales = kv_random_scales(r.ks_n);
+    r.io.k_scales = kv_random_scales(r.ks_n, support_rng());
     r.d.scale_mode_k = FCL_KV_SCALE_TOKEN;
     r.d.k_scales_view = (fcl_tensor_view){3, 0, 1, 2};
     check_attention_run(&r);

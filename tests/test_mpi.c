@@ -114,7 +114,7 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     float *q = chk_random_tensor(rows * D, FCL_DTYPE_F32, &rng);
     unsigned char *k = kv_tensor(fk, B * Hk * cap, D, KV_FROM_DATA, &rng);
     unsigned char *v = kv_tensor(fv, B * Hk * cap, D, KV_FROM_DATA, &rng);
-    float *ks = token ? kv_random_scales(B * Hk * cap) : NULL; /* [b][hk][cap] */
+    float *ks = token ? kv_random_scales(B * Hk * cap, &rng) : NULL; /* [b][hk][cap] */
     float sinks[16], slopes[16];
     for (size_t h = 0; h < Hq; h++)
         sinks[h] = (float)chk_normal(&rng), slopes[h] = 0.5f / (float)(h + 1);
@@ -231,7 +231,7 @@ static float *ring_scales(fcl_kv_scale mode, size_t B, size_t Hk, size_t N, cons
     if (mode != FCL_KV_SCALE_TOKEN && mode != FCL_KV_SCALE_HEAD)
         return NULL;
     const size_t per = mode == FCL_KV_SCALE_TOKEN ? N : 1, mine = mode == FCL_KV_SCALE_TOKEN ? block_len : 1;
-    float *whole = kv_random_scales(B * Hk * per);
+    float *whole = kv_random_scales(B * Hk * per, &rng);
     *local = malloc(B * Hk * mine * sizeof(float));
     assert_non_null(*local);
     for (size_t bh = 0; bh < B * Hk; bh++)
