@@ -116,7 +116,7 @@ static void block_offsets(const fcl_attention_desc *d, const ring_places *pl, in
  * partial (out, lse), the running lse, and in zig-zag order each query chunk's running
  * (out, lse). */
 typedef struct {
-    cl_mem held[RING_TENSORS], lens, offsets[RING_CALLS], part_out, part_lse, lse, chunk_out[2],
+    cl_mem block[RING_TENSORS], lens, offsets[RING_CALLS], part_out, part_lse, lse, chunk_out[2],
         chunk_lse[2];
 } ring_buffers;
 
@@ -126,7 +126,7 @@ typedef struct {
 static void ring_buffer_list(ring_buffers *rb, cl_mem *all[RING_BUFFERS])
 {
     cl_mem *const list[RING_BUFFERS] = {
-        &rb->held[0],    &rb->held[1],      &rb->held[2],      &rb->held[3],
+        &rb->block[0],    &rb->block[1],      &rb->block[2],      &rb->block[3],
         &rb->lens,       &rb->offsets[0],   &rb->offsets[1],   &rb->offsets[2],
         &rb->offsets[3], &rb->part_out,     &rb->part_lse,     &rb->lse,
         &rb->chunk_out[0], &rb->chunk_out[1], &rb->chunk_lse[0], &rb->chunk_lse[1]};
@@ -195,11 +195,11 @@ static fcl_status ring_attention(const ring_call *rc, const fcl_attention_desc *
                                                     NULL, NULL) != CL_SUCCESS)
         return mpi_fail(FCL_ERROR_OPENCL, "writing a block's query offsets");
     if (step) { /* the received block's tensors */
-        local.k = rb->held[RING_K], local.v = rb->held[RING_V];
+        local.k = rb->block[RING_K], local.v = rb->block[RING_V];
         if (ring_tensor(d, rc->io, RING_K_SCALES))
-            local.k_scales = rb->held[RING_K_SCALES];
+            local.k_scales = rb->block[RING_K_SCALES];
         if (ring_tensor(d, rc->io, RING_V_SCALES))
-            local.v_scales = rb->held[RING_V_SCALES];
+            local.v_scales = rb->block[RING_V_SCALES];
     }
     local.seqlens_kv = seqlens;
     local.out = merge ? rb->part_out : out, local.lse = merge ? rb->part_lse : lse;
@@ -504,7 +504,7 @@ static fcl_status ring(fcl_context *ctx, MPI_Comm comm, fcl_mpi_workspace *ws,
         if (posted && MPI_Waitall(posted, req, status) != MPI_SUCCESS && s == FCL_SUCCESS)
             s = mpi_fail(FCL_ERROR_COMMUNICATION, "passing a K/V block around the ring failed");
         for (int i = 0; i < RING_TENSORS && s == FCL_SUCCESS && step + 1 < size; i++)
-            if (bytes[i] && clEnqueueWriteBuffer(rc.queue, rb.held[i], CL_TRUE, 0, bytes[i],
+            if (bytes[i] && clEnqueueWriteBuffer(rc.queue, rb.block[i], CL_TRUE, 0, bytes[i],
                                                  held[!cur][i], 0, NULL, NULL) != CL_SUCCESS)
                 s = mpi_fail(FCL_ERROR_OPENCL, "copying a received block of %s to the device",
                              ring_tensor_names[i]);

@@ -104,8 +104,7 @@ static void check_sharded(const sharded_case *c, const int32_t *lens)
     const size_t B = c->batch, Hq = c->heads_q, Hk = c->heads_kv, D = c->dim, Lq = c->len_q;
     const size_t rows = B * Hq * Lq;
     const unsigned fk = chk_kv_format(c->format_k, c->dtype_kv), fv = chk_kv_format(c->format_v, c->dtype_kv);
-    const size_t rk = chk_kv_row_units(fk, D) * chk_kv_unit_bytes(fk);
-    const size_t rv = chk_kv_row_units(fv, D) * chk_kv_unit_bytes(fv);
+    const size_t rk = chk_kv_row_bytes(fk, D), rv = chk_kv_row_bytes(fv, D);
     const int token = c->scale_k == FCL_KV_SCALE_TOKEN;
     size_t cap = 1;
     for (size_t b = 0; b < B; b++)
@@ -223,20 +222,22 @@ typedef struct {
 } ring_case;
 
 /* The whole problem's K or V scales of mode (float32 [B][Hk][N] for TOKEN, [B][Hk] for HEAD,
- * distinct values) and this rank's (the tokens at[t] of its block; HEAD: the same). */
+ * distinct values; NULL for other modes), and this rank's in *local, a device buffer (the
+ * tokens at[t] of its block; HEAD: the same), or NULL. */
 static float *ring_scales(fcl_kv_scale mode, size_t B, size_t Hk, size_t N, const size_t *at,
-                          size_t block_len, float **local)
+                          size_t block_len, cl_mem *local)
 {
     *local = NULL;
     if (mode != FCL_KV_SCALE_TOKEN && mode != FCL_KV_SCALE_HEAD)
         return NULL;
     const size_t per = mode == FCL_KV_SCALE_TOKEN ? N : 1, mine = mode == FCL_KV_SCALE_TOKEN ? block_len : 1;
-    float *whole = kv_random_scales(B * Hk * per, &rng);
-    *local = malloc(B * Hk * mine * sizeof(float));
-    assert_non_null(*local);
+    float *whole = kv_random_scales(B * Hk * per, &rng), *host = malloc(B * Hk * mine * sizeof(float));
+    assert_non_null(host);
     for (size_t bh = 0; bh < B * Hk; bh++)
         for (size_t t = 0; t < mine; t++)
-            (*local)[bh * mine + t] = whole[bh * per + (per > 1 ? at[t] : 0)];
+            host[bh * mine + t] = whole[bh * per + (per > 1 ? at[t] : 0)];
+    *local = device_copy(host, B * Hk * mine * sizeof(float));
+    free(host);
     return whole;
 }
 
@@ -248,8 +249,7 @@ static void check_ring(fcl_mpi_workspace *ws, const ring_case *c, int zigzag)
 {
     const size_t B = 2, Hq = 8, Hk = 2, D = 64, block_len = c->block_len, N = block_len * (size_t)ranks;
     const unsigned fk = chk_kv_format(c->format_k, c->dtype_kv), fv = chk_kv_format(c->format_v, c->dtype_kv);
-    const size_t rk = chk_kv_row_units(fk, D) * chk_kv_unit_bytes(fk);
-    const size_t rv = chk_kv_row_units(fv, D) * chk_kv_unit_bytes(fv), rows = B * Hq * block_len;
+    const size_t rk = chk_kv_row_bytes(fk, D), rv = chk_kv_row_bytes(fv, D), rows = B * Hq * block_len;
     float *q = chk_random_tensor(B * Hq * N * D, FCL_DTYPE_F32, &rng);
     unsigned char *k = kv_tensor(fk, B * Hk * N, D, KV_FROM_DATA, &rng);
     unsigned char *v = kv_tensor(fv, B * Hk * N, D, KV_FROM_DATA, &rng);
@@ -276,9 +276,9 @@ static void check_ring(fcl_mpi_workspace *ws, const ring_case *c, int zigzag)
                 memcpy(lv + to * rv, v + from * rv, rv);
             }
         }
-    float *lks, *lvs;
-    float *ks = ring_scales(c->scale_k, B, Hk, N, at, block_len, &lks);
-    float *vs = ring_scales(c->scale_v, B, Hk, N, at, block_len, &lvs);
+    cl_mem k_scales, v_scales;
+    float *ks = ring_scales(c->scale_k, B, Hk, N, at, block_len, &k_scales);
+    float *vs = ring_scales(c->scale_v, B, Hk, N, at, block_len, &v_scales);
     fcl_attention_desc d = {.batch = B, .heads_q = Hq, .heads_kv = Hk, .len_q = block_len,
                             .len_kv = block_len, .head_dim = D, .causal = c->causal,
                             .dtype_kv = c->dtype_kv, .window = c->window > 0,
@@ -287,15 +287,13 @@ static void check_ring(fcl_mpi_workspace *ws, const ring_case *c, int zigzag)
                             .scale_mode_k = c->scale_k, .scale_mode_v = c->scale_v,
                             .k_scales_batch_stride = c->scale_k == FCL_KV_SCALE_HEAD ? Hk : 0,
                             .v_scales_batch_stride = c->scale_v == FCL_KV_SCALE_HEAD ? Hk : 0};
-    const size_t scale_floats[4] = {0, 0, B * Hk, B * Hk * block_len}; /* by mode */
     fcl_attention_io io = {.q = device_copy(lq, rows * D * 4),
                            .k = device_copy(lk, B * Hk * block_len * rk),
                            .v = device_copy(lv, B * Hk * block_len * rv),
                            .out = device_copy(NULL, rows * D * 4), .lse = device_copy(NULL, rows * 4),
                            .alibi_slopes = c->alibi ? device_copy(slopes, Hq * 4) : NULL,
                            .sinks = c->sinks ? device_copy(sink, Hq * 4) : NULL,
-                           .k_scales = lks ? device_copy(lks, scale_floats[c->scale_k] * 4) : NULL,
-                           .v_scales = lvs ? device_copy(lvs, scale_floats[c->scale_v] * 4) : NULL};
+                           .k_scales = k_scales, .v_scales = v_scales};
     fcl_status s = zigzag ? fcl_mpi_attention_ring_zigzag(support_ctx, MPI_COMM_WORLD, ws, &d, &io)
                           : fcl_mpi_attention_ring(support_ctx, MPI_COMM_WORLD, ws, &d, &io);
     if (s != FCL_SUCCESS)
@@ -316,7 +314,7 @@ static void check_ring(fcl_mpi_workspace *ws, const ring_case *c, int zigzag)
         if (all[i])
             clReleaseMemObject(all[i]);
     free(q), free(k), free(v), free(lq), free(at), free(lk), free(lv);
-    free(ks), free(vs), free(lks), free(lvs);
+    free(ks), free(vs);
 }
 
 /* Prefill over blocks on the ranks: causal (blocks after the queries skipped), not causal,

@@ -285,6 +285,11 @@ size_t chk_kv_unit_bytes(unsigned format)
     return (f->roles & FCL_ROLE_FLOAT) ? f->bytes : 1;
 }
 
+size_t chk_kv_row_bytes(unsigned format, size_t dim)
+{
+    return chk_kv_row_units(format, dim) * chk_kv_unit_bytes(format);
+}
+
 double chk_kv_decode(const void *buf, unsigned format, size_t row, size_t i)
 {
     static const int iq4_nl[16] = FCL_IQ4_NL_VALUES;

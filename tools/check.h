@@ -34,6 +34,8 @@ unsigned chk_kv_format(fcl_kv_format f, fcl_dtype dtype_kv);
 size_t chk_kv_unit_bytes(unsigned format);
 /* Units (elements, or bytes of a coded format) a row of dim values spans. */
 size_t chk_kv_row_units(unsigned format, size_t dim);
+/* Bytes a row of dim values spans (its units times a unit's bytes). */
+size_t chk_kv_row_bytes(unsigned format, size_t dim);
 /* Value i of the row starting at unit `row` of buf, in float64, as the contract decodes it. */
 double chk_kv_decode(const void *buf, unsigned format, size_t row, size_t i);
 /* Value e of row j of K (is_v 0) or V (1) of kv head hk of sequence b, with its scale. */

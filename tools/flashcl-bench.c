@@ -412,6 +412,12 @@ static fcl_status enqueue_kv_write(bench *b, const bench_case *c, cl_mem *set, c
     return fcl_kv_write(b->ctx, &d, &io, 0, NULL, done);
 }
 
+/* Bytes of an attention case's mask (MOD_MASK: f16 [batch][len_q][len_kv]; else none). */
+static size_t mask_bytes(const bench_case *c)
+{
+    return c->mods & MOD_MASK ? c->batch * c->len_q * c->len_kv * 2 : 0;
+}
+
 static cl_mem aux_buffer(bench *b, const void *data, size_t bytes, cl_int *err)
 {
     if (*err != CL_SUCCESS)
@@ -474,7 +480,7 @@ static int make_aux(bench *b, const bench_case *c)
         b->aux.cu_seqlens_kv = aux_buffer(b, ints, (c->batch + 1) * sizeof(int32_t), &err);
     }
     if (err == CL_SUCCESS && (c->mods & MOD_MASK))
-        b->aux.mask = filled_buffer(b, c->batch * c->len_q * c->len_kv * 2, &err);
+        b->aux.mask = filled_buffer(b, mask_bytes(c), &err);
     if (err == CL_SUCCESS)
         err = make_head_buffers(b, c);
     free(ints);
@@ -587,8 +593,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
     } else if (c->kind == KIND_KV_WRITE) {
         const fcl_kv_write_desc d = kv_write_desc(c);
         const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
-        const size_t k_row = chk_kv_row_units(fk, c->head_dim) * chk_kv_unit_bytes(fk);
-        const size_t v_row = chk_kv_row_units(fv, c->head_dim) * chk_kv_unit_bytes(fv);
+        const size_t k_row = chk_kv_row_bytes(fk, c->head_dim), v_row = chk_kv_row_bytes(fv, c->head_dim);
         const size_t rows = d.tokens * d.heads_kv, capacity = d.page_size * d.num_pages;
         bytes[0] = bytes[1] = rows * c->head_dim * esz;
         bytes[2] = capacity * d.heads_kv * k_row;
@@ -615,16 +620,14 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         size_t kv_tokens = c->batch * (c->page_size ? d.block_table_stride * c->page_size : c->len_kv);
         /* a K and a V row's bytes in their formats */
         const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
-        const size_t k_row = chk_kv_row_units(fk, c->head_dim) * chk_kv_unit_bytes(fk);
-        const size_t v_row = chk_kv_row_units(fv, dv) * chk_kv_unit_bytes(fv);
+        const size_t k_row = chk_kv_row_bytes(fk, c->head_dim), v_row = chk_kv_row_bytes(fv, dv);
         bytes[0] = c->batch * c->len_q * c->heads * c->head_dim * esz;
         bytes[3] = c->batch * c->len_q * c->heads * dv * esz;
         bytes[1] = kv_tokens * hkv * k_row;
         bytes[2] = kv_tokens * hkv * v_row;
         n_bufs = 4;
         useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * c->len_kv * hkv * (k_row + v_row));
-        if (c->mods & MOD_MASK)
-            useful += (double)(c->batch * c->len_q * c->len_kv * 2);
+        useful += (double)mask_bytes(c);
         if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
             useful -= (double)(c->batch * c->len_kv * hkv * v_row);
             bytes[2] = 16;
@@ -681,7 +684,7 @@ static void describe(const bench_case *c, char *buf, size_t cap)
         snprintf(buf, cap, "softmax %s %zux%zu%s", chk_dtype_name(c->dtype), c->rows, c->cols,
                  c->mods ? " f16 mask/head alibi sinks" : "");
     else
-        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s%s",
+        snprintf(buf, cap, "attention %s B%zu H%zu%s%.0zu Lq%zu Lk%zu D%zu%s%.0zu%s%s%.0zu%s%s%s%s%s%s%s",
                  c->precision == FCL_PRECISION_TF32 ? "tf32" : chk_dtype_name(c->dtype), c->batch,
                  c->heads, c->heads_kv ? "/" : "", c->heads_kv,
                  c->len_q, c->len_kv, c->head_dim, c->head_dim_v ? "/" : "", c->head_dim_v,
@@ -689,11 +692,7 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->blhd && !c->page_size ? " blhd" : "",
                  c->varlen ? " varlen" : "", c->mods & MOD_SOFTCAP ? " softcap" : "",
                  c->mods & MOD_ALIBI ? " alibi" : "", c->mods & MOD_WINDOW ? " window1024" : "",
-                 c->mods & MOD_SINKS ? " sinks" : "");
-    if (c->kind == KIND_ATTENTION && (c->mods & MOD_MASK)) {
-        const size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, " f16 mask");
-    }
+                 c->mods & MOD_SINKS ? " sinks" : "", c->mods & MOD_MASK ? " f16 mask" : "");
     if (c->kind != KIND_SOFTMAX && (c->format_k || c->format_v)) {
         const size_t len = strlen(buf);
         snprintf(buf + len, cap - len, " kv %s/%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
@@ -887,7 +886,7 @@ int main(int argc, char **argv)
                "plan", "ms", "GB/s", "copy", "%copy", "TFLOP/s", "enq ms");
     int failures = 0;
     for (size_t i = 0; i < n; i++) {
-        char name[96];
+        char name[128]; /* (the longest description, every option set, fits) */
         bench_result r;
         describe(&cases[i], name, sizeof name);
         if (progress_shown) {
