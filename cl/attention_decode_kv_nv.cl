@@ -30,6 +30,9 @@
  *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (ggml's d joins P,
  *       the sum of p m adds to the block's dims) and P's B fragment is the scores'
  *       accumulator as it stands.
+ * P's weights times V's factors (TOKEN scales, ggml's d) are rounded to f16 times a power of
+ * two per chunk that puts the largest factor near f16's top (fa_kvd_unit), so that small
+ * factors do not put them among f16's subnormals; o carries it until the end.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
 #ifndef FA_KVD_Q32
@@ -260,6 +263,28 @@ FCL_INLINE __local const uchar *FCL_CAT(fa_kvd_row, FA_NAME)(__local const uchar
     return rows + r * FA_KVD_STRIDE + lead[r];
 }
 
+/* The exponent (fa_mma_weight_unit) of the chunk's keys: their largest factor, a key's
+ * TOKEN scale (v_sc, or NULL: 1) times its ggml d of any block (one exponent for the whole
+ * chunk, so that o takes one change of unit). Lane l reads key l % 16 and half of its blocks
+ * (loads apart from fa_kvd_accumulate's, which keep theirs). format: V's, a constant of each
+ * call site; every lane takes part. */
+FCL_INLINE int FCL_CAT(fa_kvd_unit, FA_NAME)(__local const uchar *v_rows,
+                                            __local const uchar *v_lead,
+                                            __local const float *v_sc, uint format, uint lane)
+{
+    const uint key = lane % FA_KVD_KEYS, side = lane / FA_KVD_KEYS;
+    __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key);
+    float d = 1.0f;
+    if (fa_kvd_blocks(format)) {
+        d = 0.0f;
+        #pragma unroll
+        for (uint i = 0; i < FA_KVD_BLOCKS / 2; i++) /* (the buckets' blocks are even) */
+            d = fmax(d, fabs(fa_kvd_d(row, format, 2 * i + side)));
+    }
+    const float top = fabs(v_sc ? v_sc[key] : 1.0f) * d;
+    return fa_mma_weight_unit(top);
+}
+
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
  * and + 1 (elements 0, 1; 2 and 3 are rows 8-15's: zero, or with FA_KVD_Q32 the small parts'
  * products, added to them). format: K's, a constant of each call site. ggml's blocks: each
@@ -320,7 +345,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
  * added to o's m-tiles lo and hi (the block's 32 dims), whose columns are rows 2t and 2t + 1.
  * m[2 nb + e]: key 8 nb + 2t + e's; a key without weight adds nothing (its m may be huge). */
 FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float (*pw)[2],
-                                              const float *m, uint lane)
+                                              const float *m, float unit, uint lane)
 {
     const uint t = lane % 4;
     float pm = 0.0f; /* row g's, over this lane's 4 keys, then its 4 lanes' */
@@ -331,6 +356,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float
             pm = pw[nb][e] != 0.0f ? fma(pw[nb][e], m[2 * nb + e], pm) : pm;
     pm += fcl_nv_shuffle_xor(pm, 1);
     pm += fcl_nv_shuffle_xor(pm, 2);
+    pm *= unit;
     const float r0 = as_float(fa_mma_shuffle_from(as_uint(pm), 8 * t));
     const float r1 = as_float(fa_mma_shuffle_from(as_uint(pm), 8 * t + 4));
     lo[0] += r0, lo[2] += r0, lo[1] += r1, lo[3] += r1;
@@ -338,12 +364,13 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float
 }
 
 /* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
- * times V's TOKEN scale (0 stays 0); with FA_KVD_Q32 as two f16 parts, two products. format:
+ * times V's TOKEN scale (0 stays 0), times unit (o's power of two, fa_kvd_unit), rounded to
+ * f16; with FA_KVD_Q32 as two f16 parts, two products. format:
  * V's, a constant of each call site. Returns 0, and adds nothing, where the chunk's V holds a
  * NaN or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
  * take part. */
 FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*pw)[2],
-                                                  __local const uchar *v_rows,
+                                                  float unit, __local const uchar *v_rows,
                                                   __local const uchar *v_lead, uint format,
                                                   uint lane)
 {
@@ -365,16 +392,16 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
     #pragma unroll
     for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
         if (b == 0 || fa_kvd_blocks(format)) { /* blocks: P times each key's d of this one */
-            float d[4] = {1.0f, 1.0f, 1.0f, 1.0f}, m[4];
+            float d[4] = {unit, unit, unit, unit}, m[4];
             #pragma unroll
             for (uint k = 0; k < 4 && fa_kvd_blocks(format); k++) {
                 __local const uchar *row =
                     FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, k / 2 * 8 + 2 * t + k % 2);
-                d[k] = fa_kvd_d(row, format, b);
+                d[k] = fa_kvd_d(row, format, b) * unit;
                 m[k] = fa_kvd_m(row, format, b);
             }
             if (fa_kvd_has_m(format)) /* each row's sum of p m over the keys adds to the block */
-                FCL_CAT(fa_kvd_add_m, FA_NAME)(o[2 * b], o[2 * b + 1], pw, m, lane);
+                FCL_CAT(fa_kvd_add_m, FA_NAME)(o[2 * b], o[2 * b + 1], pw, m, unit, lane);
             #pragma unroll
             for (uint nb = 0; nb < 2; nb++)
 #if FA_KVD_Q32
@@ -430,7 +457,11 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
     FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, q_sums[warp][g], k_rows, lead[warp][buf][0], fmt, \
                                     lane)
 #define FA_KVD_ACCUMULATE(fmt) \
-    fast = FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, v_rows, lead[warp][buf][1], fmt, lane)
+    fast = FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, fa_mma_pow2(unit), v_rows,               \
+                                               lead[warp][buf][1], fmt, lane)
+#define FA_KVD_UNIT(fmt)                                                                       \
+    unit = FCL_CAT(fa_kvd_unit, FA_NAME)(v_rows, lead[warp][buf][1],                           \
+                                         v_by_token ? token_sc[warp][buf][1] : 0, fmt, lane)
 
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
@@ -450,6 +481,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint fk = p->format_k, fv = p->format_v;
+    /* P's weights for V carry a power of two where V's factors may be small (fa_kvd_unit) */
+    const int v_by_token = (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0;
+    const int v_units = v_by_token || fa_kvd_blocks(fv);
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
         const fa_work w = fa_locate(p, io, step, FA_KVD_ROWS, 1);
@@ -516,6 +550,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
 
         float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
+        int o_unit = 0; /* o holds 2^o_unit times its value (fa_kvd_unit) */
         float o[FA_KVD_MT][4];
         #pragma unroll
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
@@ -595,9 +630,16 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                         pw[nb][e] = pw[nb][e] == 0.0f ? 0.0f : pw[nb][e] * f;
                     }
                 }
-            /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4 */
-            const float a0 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t));
-            const float a1 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t + 4));
+            /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4, times
+             * the change of o's unit where V's factors set one */
+            int unit = 0;
+            if (v_units) {
+                FA_KVD_BY_FORMAT(fv, FA_KVD_UNIT);
+            }
+            const float change = fa_mma_pow2(unit - o_unit);
+            o_unit = unit;
+            const float a0 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t)) * change;
+            const float a1 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t + 4)) * change;
             #pragma unroll
             for (uint mt = 0; mt < FA_KVD_MT; mt++) {
                 o[mt][0] *= a0, o[mt][2] *= a0;
@@ -610,7 +652,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 for (uint nb = 0; nb < 2; nb++)
                     #pragma unroll
                     for (uint e = 0; e < 2; e++)
-                        slow_w[warp][g][nb * 8 + 2 * t + e] = pw[nb][e];
+                        slow_w[warp][g][nb * 8 + 2 * t + e] = pw[nb][e] * fa_mma_pow2(unit);
                 fa_kvd_sync_warp();
                 FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w[warp], v_rows, lead[warp][buf][1], fv,
                                                     lane);
@@ -630,7 +672,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
             #pragma unroll
             for (uint e = 0; e < 4; e++)
-                part_o[warp][2 * t + e % 2][mt / 2 * 32 + 4 * g + 2 * (mt % 2) + e / 2] = o[mt][e];
+                part_o[warp][2 * t + e % 2][mt / 2 * 32 + 4 * g + 2 * (mt % 2) + e / 2] =
+                    o[mt][e] * fa_mma_pow2(-o_unit);
         barrier(CLK_LOCAL_MEM_FENCE);
         const ulong rows = min((ulong)FA_KVD_ROWS, w.s.len_q - w.q0);
         for (uint i = lid; i < rows * FA_D; i += FA_KVD_W * 32) {
@@ -654,6 +697,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
 #undef FA_KVD_SCORES
 #undef FA_KVD_ACCUMULATE
+#undef FA_KVD_UNIT
 #undef FA_KVD_W
 #undef FA_KVD_S
 #undef FA_KVD_BLOCKS

@@ -132,6 +132,25 @@ FCL_INLINE int fa_mma_f16_exponent(float top)
     return top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -100, 100) : 0;
 }
 
+/* The power of two e (its exponent, -40 .. 40) that P's weights times V's factors (TOKEN
+ * scales, ggml's d) are multiplied by before they are rounded to f16, so that the largest
+ * factor among the keys of a warp's product (top: the largest of this lane's share of them)
+ * sits in [2^14, 2^15): p is at most 1, and small factors (a cache of small values) would
+ * otherwise put the weights among f16's subnormals or below, which keep few of their bits or
+ * none. The output then holds 2^e times its value until a change of e rescales it; within
+ * -40 .. 40 no change makes it overflow. 0 for factors all 0 or some not finite. Every lane
+ * of the warp calls it. */
+FCL_INLINE int fa_mma_weight_unit(float top)
+{
+    #pragma unroll
+    for (uint lanes = 1; lanes < 32; lanes *= 2)
+        top = fmax(top, fcl_nv_shuffle_xor(top, lanes));
+    return top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -40, 40) : 0;
+}
+
+/* 2^e, e in -126 .. 127. */
+FCL_INLINE float fa_mma_pow2(int e) { return as_float((uint)(e + 127) << 23); }
+
 /* a and b as two f16 pairs: the big parts f16(x) (returned) and the small ones f16(x - big)
  * into small (0 where the big part is not finite): 22 of float32's 24 bits, as 3xTF32 splits
  * float32 into TF32 parts. */
@@ -401,7 +420,9 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * into its tile as in the other builds; one of a coded format goes by its bytes into the
  * staging buffer raw (one tile's rows of FA_MMA_RAW_ROW bytes at most, q8_0's), and is
  * decoded from there into the tile. Scales stay out of the tiles: TENSOR and HEAD factors
- * scale the scores and the output, TOKEN ones each key's score and p. */
+ * scale the scores and the output, TOKEN ones each key's score and p. Where V's factors join
+ * p in f16 (TOKEN scales; ggml's d under float32 q), p carries a power of two per tile that
+ * puts the largest factor near f16's top (fa_mma_v_unit), and o with it until the end. */
 #define FA_MMA_KV ((FA_FEATURES >> FA_FLAG_KV_BIT & 1) && !FA_MMA_F32)
 #define FA_MMA_RAW_ROW (FA_D / 32 * 34)
 /* Whether the tiles are f16 (the common formats' decoding then takes the format as a
@@ -887,9 +908,10 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
 
 #if FA_MMA_KV
 /* The values fa_mma_codes_tile left out of the V tile (not finite) of the warp's keys, each
- * times its row's TOKEN scale (v_sc, or 1), added to o where the key's weight (p, the
- * probabilities before those scales) is not 0: only whether it is matters, for inf or NaN
- * times it is itself. Rare (a cache of NaN or infinite values): a slow path.
+ * times its row's TOKEN scale (v_sc, or 1) and o's unit (2^e, fa_mma_v_unit), added to o
+ * where the key's weight (p, the probabilities before those scales) is not 0: only whether
+ * it is matters, for inf or NaN times it is itself. Rare (a cache of NaN or infinite values):
+ * a slow path.
  * fa_mma_weighed_keys first gathers, from the 4 lanes of each of the lane's rows, the keys
  * of the warp's share the row weighs (bit key % 32 of word key / 32); a lane's columns are
  * n 8 + 2t + e. */
@@ -919,14 +941,14 @@ FCL_INLINE void FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(float (*o)[FA_MMA_NDIMS][
                                                       uint format, uint rb, uint dim,
                                                       __local const uint *bad,
                                                       __local const float *v_sc, int token,
-                                                      uint kw, uint lane)
+                                                      float unit, uint kw, uint lane)
 {
     const uint t = lane % 4;
     for (uint jj = 0; jj < FA_MMA_WKEYS; jj++) {
         const uint key = kw * FA_MMA_WKEYS + jj;
         if (!((bad[key / 32] >> key % 32) & 1u))
             continue; /* the same for the whole warp */
-        const float scale = token ? v_sc[key] : 1.0f;
+        const float scale = (token ? v_sc[key] : 1.0f) * unit;
         #pragma unroll
         for (uint n = 0; n < FA_MMA_NDIMS; n++) {
             const float2 pair = n * 8 < dim ? fa_kv_pair_local(raw + key * rb, format, n * 8 + 2 * t)
@@ -945,16 +967,17 @@ FCL_INLINE void FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(float (*o)[FA_MMA_NDIMS][
 
 #if FA_MMA_KV
 /* o += p V over a tile of ggml codes (fa_mma_codes_tile): each 32-column block of the output
- * takes p times its keys' d there (0 stays 0, so that a hidden key adds nothing even where d
- * is not finite), rounded to the storage type as A fragment, then as fa_mma_accumulate; with
- * m (has_m), each row's sum of p m over its keys adds to the block's columns. keys: the
- * warp's first key of the tile. */
+ * takes p times its keys' d there times unit (o's power of two, fa_mma_v_unit; 0 stays 0, so
+ * that a hidden key adds nothing even where d is not finite), rounded to the storage type as
+ * A fragment, then as fa_mma_accumulate; with m (has_m), each row's sum of p m over its keys
+ * (times unit) adds to the block's columns. keys: the warp's first key of the tile. */
 FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
                                                           float (*s)[FA_MMA_NKEYS][4],
                                                           __local const ushort (*v_tile)[FA_MMA_ROW(FA_D)],
                                                           __local const float (*v_d)[FA_MMA_BK],
                                                           __local const float (*v_m)[FA_MMA_BK],
-                                                          uint keys, int has_m, uint lane)
+                                                          float unit, uint keys, int has_m,
+                                                          uint lane)
 {
     const uint t = lane % 4, matrix = lane / 8;
     float pm[FA_MMA_ROWS][FA_D / 32]; /* the lane's part of p m per row and block */
@@ -972,7 +995,7 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDI
             #pragma unroll
             for (uint e = 0; e < 4; e++) {
                 const uint key = keys + kk * 16 + e / 2 * 8 + 2 * t + e % 2;
-                d[e] = v_d[cb][key];
+                d[e] = v_d[cb][key] * unit;
                 m[e] = has_m ? v_m[cb][key] : 0.0f;
             }
             uint pf[FA_MMA_QPARTS * FA_MMA_MT][4]; /* as fa_mma_accumulate's */
@@ -1016,12 +1039,39 @@ FCL_INLINE void FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(float (*o)[FA_MMA_NDI
         for (uint cb = 0; cb < FA_D / 32; cb++) {
             float sum = pm[r][cb] + fcl_nv_shuffle_xor(pm[r][cb], 1);
             sum += fcl_nv_shuffle_xor(sum, 2);
+            sum *= unit;
             #pragma unroll
             for (uint n = 4 * cb; n < 4 * cb + 4; n++)
                 #pragma unroll
                 for (uint e = 0; e < 2; e++)
                     o[r / 2][n][2 * (r % 2) + e] += sum;
         }
+}
+#endif
+
+#if FA_MMA_KV
+/* The exponent (fa_mma_weight_unit) of the warp's keys of the tile (from keys): their largest
+ * factor, a key's TOKEN scale (v_sc, or NULL: 1) times, where blocks (V's ggml codes, whose d
+ * join p), its d of any column block (v_d): one exponent for all of o. Lane l reads keys l,
+ * l + 32, ... of them (its loads apart from fa_mma_accumulate_blocks', which keep theirs). */
+FCL_INLINE int FCL_CAT(fa_mma_v_unit, FA_NAME)(__local const float *v_sc,
+                                              __local const float (*v_d)[FA_MMA_BK], int blocks,
+                                              uint keys, uint lane)
+{
+    float top = 0.0f;
+    #pragma unroll
+    for (uint i = 0; i < (FA_MMA_WKEYS + 31) / 32; i++) {
+        const uint key = keys + min(lane + 32 * i, FA_MMA_WKEYS - 1u);
+        float d = 1.0f;
+        if (blocks) {
+            d = 0.0f;
+            #pragma unroll
+            for (uint cb = 0; cb < FA_D / 32; cb++)
+                d = fmax(d, fabs(v_d[cb][key]));
+        }
+        top = fmax(top, fabs(v_sc ? v_sc[key] : 1.0f) * d);
+    }
+    return fa_mma_weight_unit(top);
 }
 #endif
 
@@ -1156,6 +1206,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const int v_has_m = p->format_v == FCL_KV_Q4_1 || p->format_v == FCL_KV_Q5_1;
     /* ... V's blocks decoded to f16 values where they fit (FA_MMA_VALUES), else the same */
     const int v_values = v_blocks && FA_MMA_VALUES;
+    const int v_by_token = (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
     const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
@@ -1231,6 +1282,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             #pragma unroll
             for (uint n = 0; n < FA_MMA_NDIMS; n++)
                 o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        /* o holds 2^o_unit times its value (fa_mma_v_unit): where V's factors join p in f16
+         * (TOKEN scales; ggml codes under float32 q) */
+        int o_unit = 0;
 
         uint at = 0; /* k_at[at], v_at[at]: this tile's rows */
         for (ulong k0 = w.kv_begin; k0 < w.kv_end; k0 += FA_MMA_BK, at ^= 1) {
@@ -1367,6 +1421,19 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             #pragma unroll
             for (uint r = 0; r < FA_MMA_ROWS; r++)
                 l[r] = l[r] * alpha[r] + sum[r];
+            /* o's unit for this tile, and o rescaled by its change */
+            int unit = 0;
+#if FA_MMA_KV && FA_MMA_F16_TILES
+            const int v_codes = v_blocks && !v_as_values; /* V's d join p */
+            if (v_by_token || v_codes)
+                unit = FCL_CAT(fa_mma_v_unit, FA_NAME)(v_by_token ? v_sc[at] : NULL, blk_d, v_codes,
+                                                       kw * FA_MMA_WKEYS, lane);
+#endif
+            const float change = fa_mma_pow2(unit - o_unit);
+            o_unit = unit;
+            #pragma unroll
+            for (uint r = 0; r < FA_MMA_ROWS; r++)
+                alpha[r] *= change;
             #pragma unroll
             for (uint mt = 0; mt < FA_MMA_MT; mt++)
                 #pragma unroll
@@ -1379,21 +1446,25 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             uint seen[FA_MMA_ROWS][2];
             if (v_nonfinite)
                 FCL_CAT(fa_mma_weighed_keys, FA_NAME)(seen, s, lane);
-            if (p->flags & FA_FLAG_V_TOKEN_SCALES) { /* p times each key's factor (0 stays 0) */
+            if (v_by_token) { /* p times each key's factor (0 stays 0), and the unit where V's
+                               * d do not join p after it */
+                const float p_unit = v_blocks && !v_as_values ? 1.0f : fa_mma_pow2(unit);
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
                     FA_MMA_S(x) = FA_MMA_S(x) == 0.0f
                                       ? 0.0f
-                                      : FA_MMA_S(x) * v_sc[at][FA_MMA_KEY(x) - k0];
+                                      : FA_MMA_S(x) * (v_sc[at][FA_MMA_KEY(x) - k0] * p_unit);
             }
 #endif
 #if FA_MMA_KV
             if (v_blocks && !v_as_values && v_has_m)
                 FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
-                                                           blk_m, kw * FA_MMA_WKEYS, 1, lane);
+                                                           blk_m, fa_mma_pow2(unit),
+                                                           kw * FA_MMA_WKEYS, 1, lane);
             else if (v_blocks && !v_as_values)
                 FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
-                                                           blk_m, kw * FA_MMA_WKEYS, 0, lane);
+                                                           blk_m, fa_mma_pow2(unit),
+                                                           kw * FA_MMA_WKEYS, 0, lane);
             else
 #endif
                 FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
@@ -1401,7 +1472,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             if (v_nonfinite) { /* then the next K tile's bytes, which overwrite V's */
                 FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, p->format_v, rb_v,
                                                        (uint)p->head_dim_v, bad,
-                                                       v_sc[at], (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0,
+                                                       v_sc[at], v_by_token, fa_mma_pow2(unit),
                                                        kw, lane);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 if (!last) {
@@ -1412,6 +1483,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
+        #pragma unroll
+        for (uint mt = 0; mt < FA_MMA_MT; mt++) /* o in its own units */
+            #pragma unroll
+            for (uint n = 0; n < FA_MMA_NDIMS; n++)
+                #pragma unroll
+                for (uint e = 0; e < 4; e++)
+                    o[mt][n][e] *= fa_mma_pow2(-o_unit);
 
         /* l of each row: the sum of its 4 lanes' parts; then the key warps' states merged
          * and the rows written, with m in natural units (l is the sum of e^(s - m ln 2)). */

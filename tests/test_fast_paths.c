@@ -728,6 +728,69 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* V's factors (its TOKEN scales, or each ggml block's d and m) times 2^exponent. */
+static void kv_scale_v_factors(attention_run *r, int exponent)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN) {
+        for (size_t i = 0; i < r->vs_n; i++)
+            ((float *)r->io.v_scales)[i] = ldexpf(r->io.v_scales[i], exponent);
+        return;
+    }
+    const chk_format *f = &chk_formats[d.format_v];
+    const int halves = d.format_v == FCL_KV_Q4_1 || d.format_v == FCL_KV_Q5_1 ? 2 : 1;
+    assert_true(f->elems == 32);
+    for (size_t b = 0; b < r->v_n / f->bytes; b++)
+        for (int i = 0; i < halves; i++) {
+            unsigned char *at = (unsigned char *)r->io.v + b * f->bytes + 2 * i;
+            const float x = chk_half_to_float((uint16_t)(at[0] | at[1] << 8));
+            const uint16_t h = chk_float_to_half(ldexpf(x, exponent));
+            at[0] = (unsigned char)h, at[1] = (unsigned char)(h >> 8);
+        }
+}
+
+/* V of small values (its factors 2^-8 to 2^-18 times their usual size): p times such a factor
+ * lies among f16's subnormals or below, so the tensor-core paths, which round the weights
+ * times V's factors to f16 (or, for float32 q, to two f16 parts), scale them by a power of
+ * two first. The 8-bit decode kernel (f16 and float32 q) and the prefill _kv builds; int8 V
+ * with TOKEN scales, q8_0 and q4_1 V (d, and m). */
+static void test_kv_small_v_factors(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const fcl_attention_desc rows = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 300, .head_dim = 128, .kv_splits = 2,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT},
+                             prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
+                                        .len_kv = 133, .head_dim = 128,
+                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT};
+    static const struct {
+        int prefill;
+        fcl_dtype q;
+        fcl_kv_format v;
+        int exponent;
+    } cases[] = {
+        {0, FCL_DTYPE_F16, FCL_KV_INT8, -18}, {0, FCL_DTYPE_F16, FCL_KV_Q8_0, -12},
+        {0, FCL_DTYPE_F32, FCL_KV_INT8, -12}, {0, FCL_DTYPE_F32, FCL_KV_Q8_0, -8},
+        {0, FCL_DTYPE_F32, FCL_KV_Q4_1, -8},  {1, FCL_DTYPE_F16, FCL_KV_INT8, -18},
+        {1, FCL_DTYPE_F32, FCL_KV_INT8, -12}, {1, FCL_DTYPE_F32, FCL_KV_Q8_0, -8},
+        {1, FCL_DTYPE_F32, FCL_KV_Q4_1, -8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = cases[i].prefill ? prefill : rows};
+        r.d.dtype_q = cases[i].q, r.d.dtype_kv = FCL_DTYPE_F16;
+        r.d.format_k = FCL_KV_Q8_0, r.d.format_v = cases[i].v;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        if (cases[i].v == FCL_KV_INT8)
+            kv_add_scales(&r, 1, FCL_KV_SCALE_TOKEN);
+        kv_scale_v_factors(&r, cases[i].exponent);
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(portable);
+}
+
 /* GQA decoding over coded K/V under a mask, on the 8-bit decode kernel (f16 and float32 q)
  * and, switched off, on what serves it then (the _kv build's rows; float32 q: its prefill
  * build): llama.cpp's f16 mask, one row a sequence for every head (head stride 0), and
@@ -862,6 +925,7 @@ int main(void)
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_kv_decode_masked),
+        cmocka_unit_test(test_kv_small_v_factors),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);
