@@ -142,10 +142,11 @@ FCL_INLINE int fa_mma_f16_exponent(float top)
  * of the warp calls it. */
 FCL_INLINE int fa_mma_weight_unit(float top)
 {
-    #pragma unroll
-    for (uint lanes = 1; lanes < 32; lanes *= 2)
-        top = fmax(top, fcl_nv_shuffle_xor(top, lanes));
-    return top > 0.0f && isfinite(top) ? clamp(14 - ilogb(top), -40, 40) : 0;
+    uint bits; /* the warp's largest: magnitudes order as their bits do (NaN's above inf's) */
+    __asm__ volatile("redux.sync.max.u32 %0, %1, 0xffffffff;" : "=r"(bits) : "r"(as_uint(fabs(top))));
+    /* its exponent, as ilogb's for normal floats (a subnormal one's is clamped either way) */
+    const int e = (int)(bits >> 23) - 127;
+    return bits != 0 && bits < 0x7f800000u ? clamp(14 - e, -40, 40) : 0;
 }
 
 /* 2^e, e in -126 .. 127. */
