@@ -30,7 +30,7 @@ static const char usage[] =
     "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
     "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l][,m]]\n"
-    "                     [--kv FORMAT[,FORMAT_V]] [--kv-write T,Hkv,D[,pN]]\n"
+    "                     [--kv FORMAT[,FORMAT_V]] [--kv-scales token] [--kv-write T,Hkv,D[,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
     "  --softmax and --attention (repeatable) replace the preset; Hkv: GQA's kv heads,\n"
@@ -41,6 +41,8 @@ static const char usage[] =
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
     "  --kv: every attention case's K (and V) in that format (f32, f16, bf16, q8_0, q4_0,\n"
     "  q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, int8); GB/s count the bytes read.\n"
+    "  --kv-scales token: coded K and V with a float32 scale a token and kv head (LMDeploy's\n"
+    "  int8), read as part of the bytes.\n"
     "  --kv-write (repeatable): fcl_kv_write of T new tokens' K and V (--dtype) into a cache\n"
     "  of 4 T tokens in --kv's formats (unscaled), at shuffled slots (pN: N-token pages);\n"
     "  GB/s count the rows read and written.\n"
@@ -67,6 +69,7 @@ typedef struct bench_case {
     size_t kv_splits; /* 0: the planner's */
     int blhd; /* q, k, v and out [batch][len][heads][dim] (a paged cache's layout); else BHLD */
     fcl_kv_format format_k, format_v; /* 0: the storage type's */
+    int token_scales; /* coded K and V with TOKEN scales (all 0.25) */
 } bench_case;
 
 typedef struct bench_result {
@@ -81,20 +84,20 @@ typedef struct bench_result {
 #define MAX_CASES 64
 #define S(r, c)                                                                                \
     {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, 0, 0, 0, 0, 0, FCL_DTYPE_F32,                    \
-     0, 0, 0, 0, 0, 0, 0, 0, 0}
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 #define A(b, h, lq, lk, d, c)                                                                  \
     {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, FCL_DTYPE_F32,                \
-     0, 0, 0, 0, 0, 0, 0, 0, 0}
+     0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 /* An inference engine's case: GQA heads, paging, packing, modifiers and a storage type. */
 #define E(b, h, hkv, lq, lk, d, dv, c, page, varlen, mods, t)                                 \
     {KIND_ATTENTION, FCL_PRECISION_F32, 0, 0, b, h, lq, lk, d, c, t, hkv, dv, page, varlen, mods,  \
-     0, 0, 0, 0}
+     0, 0, 0, 0, 0}
 
 /* ggml's soft_max_ext on unfused attention scores [heads][rows / heads][cols]: a float16
  * mask of rows / heads rows shared by every head, ALiBi slopes scaling it, and sinks. */
 #define SX(r, c, h)                                                                            \
     {KIND_SOFTMAX, FCL_PRECISION_F32, r, c, 0, h, 0, 0, 0, 0, FCL_DTYPE_F32,                   \
-     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0, 0, 0, 0}
+     0, 0, 0, 0, MOD_ALIBI | MOD_SINKS, 0, 0, 0, 0, 0}
 
 /* The peer's GPU shapes (torch softmax, SDPA and decode): M x N = 2^28 softmax. */
 static const bench_case preset_gpu[] = {
@@ -140,7 +143,7 @@ static const bench_case preset_cpu[] = {
 /* fcl_kv_write of t tokens, hkv heads, head dim d (a cache of 4 t tokens). */
 #define W(t, hkv, d)                                                                           \
     {KIND_KV_WRITE, FCL_PRECISION_F32, 0, 0, 0, 0, 0, t, d, 0, FCL_DTYPE_F32,                  \
-     hkv, 0, 0, 0, 0, 0, 0, 0, 0}
+     hkv, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 /* A quick pass over every kind of plan, for CI. */
 static const bench_case preset_smoke[] = {S(512, 1000), S(2, 600000), S(64, 8192),
                                           A(1, 2, 128, 128, 64, 1), A(1, 2, 1, 4096, 128, 0),
@@ -354,6 +357,20 @@ static size_t seq_len(const bench_case *c, size_t len, size_t b)
 /* DeepSeek's MLA: V the first head_dim_v dims of K's rows, as llama.cpp keeps them. */
 static int is_mla(const bench_case *c) { return c->head_dim_v && c->head_dim_v != c->head_dim; }
 
+/* Whether K's (is_v 0) or V's rows of an attention case carry TOKEN scales. */
+static int token_scaled(const bench_case *c, int is_v)
+{
+    const unsigned f = chk_kv_format(is_v ? c->format_v : c->format_k, c->dtype);
+    return c->token_scales && !(chk_formats[f].roles & FCL_ROLE_FLOAT);
+}
+
+/* Keys a kv head of an attention case's cache holds in all (its pages' slots where paged). */
+static size_t cache_tokens(const bench_case *c)
+{
+    const size_t pages = (c->len_kv + c->page_size - 1) / (c->page_size ? c->page_size : 1);
+    return c->batch * (c->page_size ? pages * c->page_size : c->len_kv);
+}
+
 static fcl_attention_desc attention_desc(const bench_case *c)
 {
     fcl_attention_desc d = {.batch = c->batch, .heads_q = c->heads, .heads_kv = c->heads_kv,
@@ -380,6 +397,10 @@ static fcl_attention_desc attention_desc(const bench_case *c)
     if (c->mods & MOD_MASK) /* [batch][len_q][len_kv], head stride 0 */
         d.mask_type = FCL_MASK_ADD_F16, d.mask_stride_q = d.len_kv,
         d.mask_stride_batch = d.len_q * d.len_kv;
+    if (token_scaled(c, 0)) /* [page or batch][heads_kv][tokens] */
+        d.scale_mode_k = FCL_KV_SCALE_TOKEN;
+    if (token_scaled(c, 1))
+        d.scale_mode_v = FCL_KV_SCALE_TOKEN;
     return d;
 }
 
@@ -410,6 +431,12 @@ static fcl_status enqueue_kv_write(bench *b, const bench_case *c, cl_mem *set, c
     const fcl_kv_write_io io = {.k_in = set[0], .v_in = set[1], .slots = b->slots,
                                 .k = set[2], .v = set[3]};
     return fcl_kv_write(b->ctx, &d, &io, 0, NULL, done);
+}
+
+/* Bytes of one of an attention case's TOKEN scale tensors: a float32 a key and kv head. */
+static size_t scale_bytes(const bench_case *c)
+{
+    return cache_tokens(c) * (c->heads_kv ? c->heads_kv : c->heads) * sizeof(float);
 }
 
 /* Bytes of an attention case's mask (MOD_MASK: f16 [batch][len_q][len_kv]; else none). */
@@ -481,6 +508,10 @@ static int make_aux(bench *b, const bench_case *c)
     }
     if (err == CL_SUCCESS && (c->mods & MOD_MASK))
         b->aux.mask = filled_buffer(b, mask_bytes(c), &err);
+    if (err == CL_SUCCESS && token_scaled(c, 0))
+        b->aux.k_scales = filled_buffer(b, scale_bytes(c), &err);
+    if (err == CL_SUCCESS && token_scaled(c, 1))
+        b->aux.v_scales = filled_buffer(b, scale_bytes(c), &err);
     if (err == CL_SUCCESS)
         err = make_head_buffers(b, c);
     free(ints);
@@ -506,7 +537,7 @@ static void release_aux(bench *b)
 {
     cl_mem all[] = {b->aux.seqlens_kv, b->aux.cu_seqlens_q, b->aux.cu_seqlens_kv,
                     b->aux.block_table, b->aux.alibi_slopes, b->aux.sinks, b->aux.mask,
-                    b->softmax_mask, b->slots};
+                    b->aux.k_scales, b->aux.v_scales, b->softmax_mask, b->slots};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i])
             clReleaseMemObject(all[i]);
@@ -617,7 +648,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
                  fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
         /* Every sequence's tokens (len on average with varlen), the cache's pages. */
         size_t hkv = c->heads_kv ? c->heads_kv : c->heads, dv = c->head_dim_v ? c->head_dim_v : c->head_dim;
-        size_t kv_tokens = c->batch * (c->page_size ? d.block_table_stride * c->page_size : c->len_kv);
+        size_t kv_tokens = cache_tokens(c);
         /* a K and a V row's bytes in their formats */
         const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
         const size_t k_row = chk_kv_row_bytes(fk, c->head_dim), v_row = chk_kv_row_bytes(fv, dv);
@@ -628,6 +659,8 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         n_bufs = 4;
         useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * c->len_kv * hkv * (k_row + v_row));
         useful += (double)mask_bytes(c);
+        useful += (double)((token_scaled(c, 0) + token_scaled(c, 1)) * c->batch * c->len_kv *
+                           hkv * sizeof(float)); /* the read keys' scales */
         if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
             useful -= (double)(c->batch * c->len_kv * hkv * v_row);
             bytes[2] = 16;
@@ -695,8 +728,9 @@ static void describe(const bench_case *c, char *buf, size_t cap)
                  c->mods & MOD_SINKS ? " sinks" : "", c->mods & MOD_MASK ? " f16 mask" : "");
     if (c->kind != KIND_SOFTMAX && (c->format_k || c->format_v)) {
         const size_t len = strlen(buf);
-        snprintf(buf + len, cap - len, " kv %s/%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
-                 chk_formats[chk_kv_format(c->format_v, c->dtype)].name);
+        snprintf(buf + len, cap - len, " kv %s/%s%s", chk_formats[chk_kv_format(c->format_k, c->dtype)].name,
+                 chk_formats[chk_kv_format(c->format_v, c->dtype)].name,
+                 token_scaled(c, 0) || token_scaled(c, 1) ? " token scales" : "");
     }
 }
 
@@ -785,6 +819,7 @@ int main(int argc, char **argv)
     fcl_dtype dtype = FCL_DTYPE_F32;
     int dtype_given = 0, tf32 = 0;
     fcl_kv_format kv_k = FCL_KV_FORMAT_DTYPE, kv_v = FCL_KV_FORMAT_DTYPE;
+    int token_scales = 0;
     for (int a = 1; a < argc; a++) {
         const char *next = a + 1 < argc ? argv[a + 1] : NULL;
         size_t x[6] = {0};
@@ -811,6 +846,8 @@ int main(int argc, char **argv)
                  ((strcmp(argv[a], "--attention") == 0 && parse_attention(next, &cases[n])) ||
                   (strcmp(argv[a], "--kv-write") == 0 && parse_kv_write(next, &cases[n]))))
             n++, a++;
+        else if (next && strcmp(argv[a], "--kv-scales") == 0 && strcmp(next, "token") == 0)
+            token_scales = 1, a++;
         else if (next && strcmp(argv[a], "--kv") == 0) {
             const char *arg = argv[++a], *comma = strchr(arg, ',');
             kv_k = parse_format(arg, comma ? (size_t)(comma - arg) : strlen(arg));
@@ -849,7 +886,9 @@ int main(int argc, char **argv)
         n = count;
     }
     for (size_t i = 0; i < n; i++)
-        if (cases[i].kind != KIND_SOFTMAX)
+        if (cases[i].kind == KIND_ATTENTION)
+            cases[i].format_k = kv_k, cases[i].format_v = kv_v, cases[i].token_scales = token_scales;
+        else if (cases[i].kind == KIND_KV_WRITE)
             cases[i].format_k = kv_k, cases[i].format_v = kv_v;
     for (size_t i = 0; dtype_given && i < n; i++) {
         cases[i].dtype = dtype;
