@@ -364,7 +364,8 @@ static int token_scaled(const bench_case *c, int is_v)
     return c->token_scales && !(chk_formats[f].roles & FCL_ROLE_FLOAT);
 }
 
-/* Keys a kv head of an attention case's cache holds in all (its pages' slots where paged). */
+/* The token slots of an attention case's cache for one kv head: every sequence's (its pages'
+ * slots where paged). */
 static size_t cache_tokens(const bench_case *c)
 {
     const size_t pages = (c->len_kv + c->page_size - 1) / (c->page_size ? c->page_size : 1);
@@ -648,7 +649,7 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
                  fcl_attention_path_name(p.path), p.block_q, p.block_kv, p.kv_splits);
         /* Every sequence's tokens (len on average with varlen), the cache's pages. */
         size_t hkv = c->heads_kv ? c->heads_kv : c->heads, dv = c->head_dim_v ? c->head_dim_v : c->head_dim;
-        size_t kv_tokens = cache_tokens(c);
+        const size_t kv_tokens = cache_tokens(c);
         /* a K and a V row's bytes in their formats */
         const unsigned fk = chk_kv_format(c->format_k, c->dtype), fv = chk_kv_format(c->format_v, c->dtype);
         const size_t k_row = chk_kv_row_bytes(fk, c->head_dim), v_row = chk_kv_row_bytes(fv, dv);
