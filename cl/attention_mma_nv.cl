@@ -1349,6 +1349,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 }
                 v_nonfinite = (bad[0] | bad[1]) != 0;
             }
+            /* V's ggml codes in the tile, whose d join p (fa_mma_accumulate_blocks) */
+            const int v_codes = v_blocks && !v_as_values;
             if (p->flags & FA_FLAG_K_TOKEN_SCALES) { /* each key's own factor */
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
@@ -1425,7 +1427,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             /* o's unit for this tile, and o rescaled by its change */
             int unit = 0;
 #if FA_MMA_KV && FA_MMA_F16_TILES
-            const int v_codes = v_blocks && !v_as_values; /* V's d join p */
             if (v_by_token || v_codes)
                 unit = FCL_CAT(fa_mma_v_unit, FA_NAME)(v_by_token ? v_sc[at] : NULL, blk_d, v_codes,
                                                        kw * FA_MMA_WKEYS, lane);
@@ -1449,7 +1450,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FCL_CAT(fa_mma_weighed_keys, FA_NAME)(seen, s, lane);
             if (v_by_token) { /* p times each key's factor (0 stays 0), and the unit where V's
                                * d do not join p after it */
-                const float p_unit = v_blocks && !v_as_values ? 1.0f : fa_mma_pow2(unit);
+                const float p_unit = v_codes ? 1.0f : fa_mma_pow2(unit);
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
                     FA_MMA_S(x) = FA_MMA_S(x) == 0.0f
@@ -1458,11 +1459,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             }
 #endif
 #if FA_MMA_KV
-            if (v_blocks && !v_as_values && v_has_m)
+            if (v_codes && v_has_m)
                 FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
                                                            blk_m, fa_mma_pow2(unit),
                                                            kw * FA_MMA_WKEYS, 1, lane);
-            else if (v_blocks && !v_as_values)
+            else if (v_codes)
                 FCL_CAT(fa_mma_accumulate_blocks, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], blk_d,
                                                            blk_m, fa_mma_pow2(unit),
                                                            kw * FA_MMA_WKEYS, 0, lane);
