@@ -248,6 +248,24 @@ void kv_add_scales(attention_run *r, int is_v, fcl_kv_scale mode)
     *(is_v ? &r->vs_n : &r->ks_n) = n;
 }
 
+void kv_scale_v_factors(attention_run *r, int exponent)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN) {
+        for (size_t i = 0; i < r->vs_n; i++)
+            ((float *)r->io.v_scales)[i] = ldexpf(r->io.v_scales[i], exponent);
+        return;
+    }
+    const chk_format *f = &chk_formats[d.format_v];
+    const int halves = d.format_v == FCL_KV_Q4_1 || d.format_v == FCL_KV_Q5_1 ? 2 : 1;
+    assert_true(f->elems == 32);
+    for (size_t b = 0; b < r->v_n / f->bytes; b++)
+        for (int i = 0; i < halves; i++) {
+            unsigned char *at = (unsigned char *)r->io.v + b * f->bytes + 2 * i;
+            put_half(at, ldexpf(chk_half_to_float((uint16_t)(at[0] | at[1] << 8)), exponent));
+        }
+}
+
 void kv_free_run(attention_run *r)
 {
     free((void *)r->io.k_scales);

@@ -38,6 +38,8 @@ float *kv_random_scales(size_t n, chk_rng *rng);
 /* Scales of mode for K (is_v 0) or V over r's rows (TOKEN: default strides, one a row of
  * the cache; HEAD: rows of heads_kv + 1 a sequence, a batch stride that is not heads_kv). */
 void kv_add_scales(struct attention_run *r, int is_v, fcl_kv_scale mode);
+/* V's factors in r (its TOKEN scales, or each ggml block's d and m) times 2^exponent. */
+void kv_scale_v_factors(struct attention_run *r, int exponent);
 /* attention_free_inputs and the scales kv_add_scales made. */
 void kv_free_run(struct attention_run *r);
 

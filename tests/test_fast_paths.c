@@ -728,27 +728,6 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
-/* V's factors (its TOKEN scales, or each ggml block's d and m) times 2^exponent. */
-static void kv_scale_v_factors(attention_run *r, int exponent)
-{
-    const fcl_attention_desc d = chk_attention_defaults(r->d);
-    if (d.scale_mode_v == FCL_KV_SCALE_TOKEN) {
-        for (size_t i = 0; i < r->vs_n; i++)
-            ((float *)r->io.v_scales)[i] = ldexpf(r->io.v_scales[i], exponent);
-        return;
-    }
-    const chk_format *f = &chk_formats[d.format_v];
-    const int halves = d.format_v == FCL_KV_Q4_1 || d.format_v == FCL_KV_Q5_1 ? 2 : 1;
-    assert_true(f->elems == 32);
-    for (size_t b = 0; b < r->v_n / f->bytes; b++)
-        for (int i = 0; i < halves; i++) {
-            unsigned char *at = (unsigned char *)r->io.v + b * f->bytes + 2 * i;
-            const float x = chk_half_to_float((uint16_t)(at[0] | at[1] << 8));
-            const uint16_t h = chk_float_to_half(ldexpf(x, exponent));
-            at[0] = (unsigned char)h, at[1] = (unsigned char)(h >> 8);
-        }
-}
-
 /* V of small values (its factors 2^-8 to 2^-18 times their usual size): p times such a factor
  * lies among f16's subnormals or below, so the tensor-core paths, which round the weights
  * times V's factors to f16 (or, for float32 q, to two f16 parts), scale them by a power of
