@@ -344,6 +344,15 @@ static size_t lse_index(const attention_run *r, const chk_attention_where *w, si
  * reference, the untouched parts of out and lse, and the inputs. */
 void check_attention_run(attention_run *r) { check_attention_run_on(support_ctx, r); }
 
+chk_tolerance attention_run_tolerance(const attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    chk_tolerance tol = chk_attention_tolerance(&d);
+    if (r->out_size > 0.0)
+        tol.atol *= r->out_size;
+    return tol;
+}
+
 void check_attention_run_on(fcl_context *ctx, attention_run *r)
 {
     const fcl_attention_desc d = chk_attention_defaults(r->d);
@@ -402,7 +411,7 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
             }
     }
     chk_report rep;
-    if (!chk_compare_values(got, want, rows * d.head_dim_v, chk_attention_tolerance(&d), &rep))
+    if (!chk_compare_values(got, want, rows * d.head_dim_v, attention_run_tolerance(r), &rep))
         fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
                  "(%zu, %zu) page %zu types %d%d%d formats %d/%d scales %d/%d splits %zu: %zu of "
                  "%zu off, first %zu (row %zu) "

@@ -81,6 +81,7 @@ typedef struct attention_run {
     size_t q_n, k_n, v_n, mask_n, out_n, lse_n;
     size_t ks_n, vs_n; /* v0.3: floats of k_scales and v_scales (k_n, v_n: units of K's and
                           V's formats, bytes for the coded ones) */
+    double out_size;   /* outputs' magnitude where V's is not about 1 (0: 1) */
 } attention_run;
 
 /* Runs r through fcl_attention_run_host and checks every row of every sequence against the
@@ -88,6 +89,9 @@ typedef struct attention_run {
  * no input changed. */
 void check_attention_run(attention_run *r);
 void check_attention_run_on(fcl_context *ctx, attention_run *r); /* the same on ctx */
+/* The tolerance r's outputs are held to: chk_attention_tolerance's, the per-element part
+ * times r->out_size (an output twice as large may be twice as far off). */
+chk_tolerance attention_run_tolerance(const attention_run *r);
 /* n random values of type t (malloc'd, never NULL). */
 void *test_tensor(size_t n, fcl_dtype t);
 /* Contiguous q, k, v (in layout, capacities len_q and len_kv), out and lse for r->d. */

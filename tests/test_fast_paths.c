@@ -88,7 +88,7 @@ static void check_both(fcl_context *portable, attention_run *r, fcl_attention_pa
     for (size_t e = 0; e < r->out_n; e++)
         want[e] = slow[e];
     chk_report rep;
-    if (!chk_compare(fast, FCL_DTYPE_F32, 1, r->out_n, r->out_n, want, chk_attention_tolerance(&d),
+    if (!chk_compare(fast, FCL_DTYPE_F32, 1, r->out_n, r->out_n, want, attention_run_tolerance(r),
                      &rep))
         fail_msg("fast and portable paths differ: %zu of %zu, first %zu: %.7g vs %.7g",
                  rep.bad, rep.checked, rep.first_bad, rep.got, rep.want);
@@ -728,12 +728,13 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
-/* V of small values (its factors 2^-8 to 2^-18 times their usual size): p times such a factor
- * lies among f16's subnormals or below, so the tensor-core paths, which round the weights
- * times V's factors to f16 (or, for float32 q, to two f16 parts), scale them by a power of
- * two first. The 8-bit decode kernel (f16 and float32 q) and the prefill _kv builds; int8 V
- * with TOKEN scales, q8_0 and q4_1 V (d, and m). */
-static void test_kv_small_v_factors(void **state)
+/* V of small or large values (its factors 2^-8 to 2^-18, or 2^18 and 2^20, times their usual
+ * size): p times a small factor lies among f16's subnormals or below, p times a large one
+ * past f16's largest value, so the tensor-core paths, which round the weights times V's
+ * factors to f16 (or, for float32 q, to two f16 parts), scale them by a power of two first.
+ * The 8-bit decode kernel (f16 and float32 q) and the prefill _kv builds; int8 V with TOKEN
+ * scales, q8_0 and q4_1 V (d, and m; their d are f16, which limits them to small). */
+static void test_kv_v_factor_range(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
@@ -753,7 +754,9 @@ static void test_kv_small_v_factors(void **state)
         {0, FCL_DTYPE_F32, FCL_KV_INT8, -12}, {0, FCL_DTYPE_F32, FCL_KV_Q8_0, -8},
         {0, FCL_DTYPE_F32, FCL_KV_Q4_1, -8},  {1, FCL_DTYPE_F16, FCL_KV_INT8, -18},
         {1, FCL_DTYPE_F32, FCL_KV_INT8, -12}, {1, FCL_DTYPE_F32, FCL_KV_Q8_0, -8},
-        {1, FCL_DTYPE_F32, FCL_KV_Q4_1, -8},
+        {1, FCL_DTYPE_F32, FCL_KV_Q4_1, -8},  {0, FCL_DTYPE_F16, FCL_KV_INT8, 18},
+        {0, FCL_DTYPE_F32, FCL_KV_INT8, 20},  {1, FCL_DTYPE_F16, FCL_KV_INT8, 18},
+        {1, FCL_DTYPE_F32, FCL_KV_INT8, 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         attention_run r = {.d = cases[i].prefill ? prefill : rows};
@@ -764,6 +767,7 @@ static void test_kv_small_v_factors(void **state)
         if (cases[i].v == FCL_KV_INT8)
             kv_add_scales(&r, 1, FCL_KV_SCALE_TOKEN);
         kv_scale_v_factors(&r, cases[i].exponent);
+        r.out_size = ldexp(1.0, cases[i].exponent > 0 ? cases[i].exponent : 0);
         check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
         kv_free_run(&r);
     }
@@ -904,7 +908,7 @@ int main(void)
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_kv_decode_masked),
-        cmocka_unit_test(test_kv_small_v_factors),
+        cmocka_unit_test(test_kv_v_factor_range),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);
