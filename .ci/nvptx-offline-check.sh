@@ -40,6 +40,7 @@ for d in 64 128 256; do
     kernels="$kernels attention_mma_d${d}_$t attention_mma_rows_d${d}_$t"
     kernels="$kernels attention_mma_d${d}_${t}_kv attention_mma_rows_d${d}_${t}_kv"
   done
+  kernels="$kernels attention_mma_d${d}_f16_kv_q8_0" # a build for one pair of formats
 done
 for k in $kernels; do
   grep -q "^.entry $k(" "$tmp/mma.ptx" || { echo "nvptx-offline-check: no kernel $k" >&2; status=1; }

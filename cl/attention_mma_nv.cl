@@ -23,6 +23,8 @@
  *               share of every key tile), FA_MMA_MT tiles of 16 query rows a warp and
  *               FA_MMA_BK keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
  *   FA_FEATURES the features compiled in (attention_args.h)
+ *   FA_MMA_FORMAT_K, FA_MMA_FORMAT_V  in a _kv prefill build for one pair of formats, K's
+ *               and V's (fcl_kv_format); 0 where the build reads them at run time
  *
  * A work-group of FA_MMA_WARPS warps owns FA_MMA_BQ query rows of one (batch, head), 16
  * FA_MMA_MT rows a warp. Each warp keeps its rows of q in registers as mma A fragments (each
@@ -1195,16 +1197,22 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __global const FA_MMA_ELEM *v_all = (__global const FA_MMA_ELEM *)io->v;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
 #if FA_MMA_KV
+    /* K's and V's formats: constants in a build for one pair (FA_MMA_FORMAT_K and _V, which
+     * leaves out every other format's decoding and products: H200, B4 H16 L4096 D128 causal
+     * prefill, int8 2.89 -> 2.12 ms, fp8 3.08 -> 2.26, q8_0 4.04 -> 3.48, and NVIDIA's
+     * compile of it a tenth as long), else read at run time (0) */
+    const uint k_format = FA_MMA_FORMAT_K ? FA_MMA_FORMAT_K : p->format_k;
+    const uint v_format = FA_MMA_FORMAT_V ? FA_MMA_FORMAT_V : p->format_v;
     /* K and V each: of q's type (copied as it is) or coded (staged and decoded); the bytes
      * of a coded row and of its copies */
-    const int coded_k = p->format_k > FCL_KV_BF16, coded_v = p->format_v > FCL_KV_BF16;
+    const int coded_k = k_format > FCL_KV_BF16, coded_v = v_format > FCL_KV_BF16;
     /* ... K in ggml blocks: codes in the tile, the blocks' factors applied to the scores (as
      * f16 values d c, as V's below, the H200's q8_0 prefill took 3.67 ms instead of 4.01, but
      * lse moved by 1.8e-5 relative, past the contract's 1e-5, and fp8 lost 14%) */
-    const int k_blocks = p->format_k >= FCL_KV_Q8_0 && p->format_k <= FCL_KV_IQ4_NL;
-    const int k_has_m = p->format_k == FCL_KV_Q4_1 || p->format_k == FCL_KV_Q5_1;
-    const int v_blocks = p->format_v >= FCL_KV_Q8_0 && p->format_v <= FCL_KV_IQ4_NL;
-    const int v_has_m = p->format_v == FCL_KV_Q4_1 || p->format_v == FCL_KV_Q5_1;
+    const int k_blocks = k_format >= FCL_KV_Q8_0 && k_format <= FCL_KV_IQ4_NL;
+    const int k_has_m = k_format == FCL_KV_Q4_1 || k_format == FCL_KV_Q5_1;
+    const int v_blocks = v_format >= FCL_KV_Q8_0 && v_format <= FCL_KV_IQ4_NL;
+    const int v_has_m = v_format == FCL_KV_Q4_1 || v_format == FCL_KV_Q5_1;
     /* ... V's blocks decoded to f16 values where they fit (FA_MMA_VALUES), else the same */
     const int v_values = v_blocks && FA_MMA_VALUES;
     const int v_by_token = (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0;
@@ -1294,7 +1302,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
 #if FA_MMA_KV
             if (coded_k) { /* K's bytes into its tile, then raw is free for V's */
-                FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, p->format_k, rb_k,
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, k_format, rb_k,
                                                      (uint)p->head_dim, NULL, 0, NULL);
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
@@ -1336,15 +1344,15 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #if FA_MMA_KV
             int v_as_values = 0;
             if (coded_v) {
-                FCL_CAT(fa_mma_decode_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v, rb_v,
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, v_format, rb_v,
                                                      (uint)p->head_dim_v, v_values ? NULL : bad,
                                                      v_values, &bad[2]);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 v_as_values = v_values && !bad[2];
                 if (v_values && !v_as_values) { /* a factor too large for f16 values: codes */
-                    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(v_tile, blk_d, blk_m, raw, p->format_v,
+                    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(v_tile, blk_d, blk_m, raw, v_format,
                                                             rb_v, (uint)p->head_dim_v, bad, 0,
-                                                            NULL); /* (rare: format read here) */
+                                                            NULL); /* (rare: no format switch) */
                     barrier(CLK_LOCAL_MEM_FENCE);
                 }
                 v_nonfinite = (bad[0] | bad[1]) != 0;
@@ -1472,7 +1480,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
 #if FA_MMA_KV
             if (v_nonfinite) { /* then the next K tile's bytes, which overwrite V's */
-                FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, p->format_v, rb_v,
+                FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, v_format, rb_v,
                                                        (uint)p->head_dim_v, bad,
                                                        v_sc[at], v_by_token, fa_mma_pow2(unit),
                                                        kw, lane);

@@ -41,6 +41,7 @@ enum {
  * one TF32 product (FCL_PRECISION_TF32), and float32 q with f16 K and V (f16 products of q's
  * and p's two f16 parts). */
 enum { FCL_MMA_F16, FCL_MMA_BF16, FCL_MMA_F32, FCL_MMA_TF32, FCL_MMA_F16_Q32, FCL_MMA_KINDS };
+#define FCL_MMA_FIXED 5 /* K/V formats with prefill builds of their own (fcl_mma_fixed_formats) */
 #define FCL_SOFTMAX_NV_BUILDS 2 /* NVIDIA's softmax: SM_NV_VECS vectors a work-item, and twice */
 
 /* The softmax kernels of one storage type, in the order of fcl_softmax_kernel_names. */
@@ -107,6 +108,11 @@ typedef struct fcl_nv_kernels {
      * (FLASHCL_TUNE=attention_kv_decode=0: no) */
     cl_kernel kv_decode[2][FCL_MMA_BUCKETS];
     int kv_decode_on;
+    /* ... the prefill builds for one pair of K/V formats (fcl_plan_mma_fixed), and whether
+     * the planner may take them (FLASHCL_TUNE=attention_kv_fixed=0: no) */
+    fcl_unit mma_fixed_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
+    cl_kernel mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
+    int kv_fixed_on;
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */
     cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -365,6 +371,8 @@ typedef struct fcl_tuning {
     int cache_prefetch;        /* the rows decode kernel prefetches rows (FA_CACHE_PREFETCH) */
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
+    int attention_kv_fixed;    /* 0: the tensor-core prefill over K/V formats keeps the _kv
+                                  build that reads them at run time (fcl_plan_mma_fixed) */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
     char source[96];           /* which table entry, then what changed it (fcl_tuning_apply) */
 } fcl_tuning;
@@ -373,7 +381,8 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
 /* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
  * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
- * attention_mma=0|1, attention_kv_decode=0|1, softmax_nv=0|1) to t and names where
+ * attention_mma=0|1, attention_kv_decode=0|1, attention_kv_fixed=0|1, softmax_nv=0|1) to t
+ * and names where
  * (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the thread if
  * NULL). */
@@ -495,6 +504,8 @@ typedef struct fcl_attention_launch {
     int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
                       a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
+    int kv_fixed; /* ... prefill over K/V formats: 1 + the index in fcl_mma_fixed_formats of
+                     the build for K's and V's formats, 0: the _kv build */
     fcl_dtype dtype_kv; /* FCL_ATTENTION_PATH_DECODE: its kernels are built per K/V type */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
     cl_kernel kernel;    /* the kernel (attention.c sets it, fcl_attention_kernel's) */
@@ -523,6 +534,12 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
  * kernel's GQA build, where that path takes d's shape; else 0. */
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
                                 int rows_aligned, int kv_decode, fcl_attention_launch *launch);
+/* The formats whose tensor-core prefill over K and V both in that format has a build of its
+ * own (the formats constants in it); fcl_plan_mma_fixed: 1 + the index here of the one that
+ * launch l (tensor-core prefill over K/V formats, planned for d) takes, else 0 (the _kv
+ * build, formats read at run time). */
+extern const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED];
+int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l);
 
 /* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which

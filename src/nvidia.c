@@ -25,35 +25,51 @@ extern const char fcl_cl_attention_decode_kv_nv[];
 extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
-/* One build of attention_mma_nv.cl: its bucket, product kind and shape, and whether it takes
- * K/V formats (kv: the _kv kernels). The products' PTX type is tf32 for float32 storage, f16
- * for float32 q over f16 K and V, else the kind's name (f16, bf16). */
-static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int kv)
+/* The kernel name of a build of attention_mma_nv.cl (add_mma_build's arguments) into name. */
+static void mma_kernel_name(char *name, size_t cap, int bucket, int kind, int gqa_rows, int kv,
+                            int fixed)
+{
+    snprintf(name, cap, "attention_mma%s_d%zu_%s%s%s%s", gqa_rows ? "_rows" : "",
+             fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind], kv ? "_kv" : "",
+             fixed ? "_" : "", fixed ? fcl_format(fcl_mma_fixed_formats[fixed - 1])->name : "");
+}
+
+/* One build of attention_mma_nv.cl: its bucket, product kind and shape, whether it takes
+ * K/V formats (kv: the _kv kernels) and, for a prefill build, which one for K and V both
+ * (fixed: 1 + its index in fcl_mma_fixed_formats; 0: any, read at run time). The products'
+ * PTX type is tf32 for float32 storage, f16 for float32 q over f16 K and V, else the kind's
+ * name (f16, bf16). */
+static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int kv, int fixed)
 {
     const int f32 = fcl_mma_kind_f32(kind);
     const fcl_mma_shape sh = fcl_plan_mma_shape(bucket, kind, gqa_rows, kv);
     const int q32 = kind == FCL_MMA_F16_Q32;
-    fcl_text_add(t, "#define FA_NAME mma%s_d%zu_%s%s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
+    const int format = fixed ? (int)fcl_mma_fixed_formats[fixed - 1] : 0;
+    char name[48];
+    mma_kernel_name(name, sizeof name, bucket, kind, gqa_rows, kv, fixed);
+    fcl_text_add(t, "#define FA_NAME %s\n#define FA_D %zu\n#define FA_MMA_T %s\n"
                     "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_Q32 %d\n"
                     "#define FA_MMA_WARPS %zu\n"
                     "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
-                    "#define FA_FEATURES 0x%xu\n"
+                    "#define FA_FEATURES 0x%xu\n#define FA_MMA_FORMAT_K %d\n#define FA_MMA_FORMAT_V %d\n"
                     "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
                     "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_Q32\n"
                     "#undef FA_MMA_WARPS\n"
-                    "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n",
-                 gqa_rows ? "_rows" : "", fcl_attention_bucket_dim(bucket), fcl_mma_kind_names[kind],
-                 kv ? "_kv" : "", fcl_attention_bucket_dim(bucket),
+                    "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n"
+                    "#undef FA_MMA_FORMAT_K\n#undef FA_MMA_FORMAT_V\n",
+                 name + strlen("attention_"), fcl_attention_bucket_dim(bucket),
                  f32 ? "tf32" : q32 ? "f16" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, q32,
                  sh.warps,
                  sh.key_warps, sh.row_tiles, sh.block_kv, kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
-                 fcl_cl_attention_mma_nv);
+                 format, format, fcl_cl_attention_mma_nv);
 }
 
 /* The NVIDIA programs' parts, as the portable ones'. */
 typedef struct nv_parts {
     int check, softmax;
     unsigned mma[2][FCL_MMA_BUCKETS]; /* bit kind: the kind's prefill and GQA builds ([1]: _kv) */
+    /* bit i: the kind's prefill build for K and V in fcl_mma_fixed_formats[i] */
+    unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
 } nv_parts;
 
@@ -61,8 +77,11 @@ static char *mma_source(const nv_parts *p)
 {
     fcl_text t = {0};
     int attention = 0;
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b];
+        for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
+            attention |= p->mma_fixed[b][kind] != 0;
+    }
     fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n",
                  fcl_cl_kv_formats, fcl_cl_common);
     fcl_text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
@@ -74,7 +93,12 @@ static char *mma_source(const nv_parts *p)
             for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
                 for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
                     if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv))
-                        add_mma_build(&t, b, kind, rows, kv);
+                        add_mma_build(&t, b, kind, rows, kv, 0);
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
+            for (int i = 0; i < FCL_MMA_FIXED; i++)
+                if ((p->mma_fixed[b][kind] >> i) & 1)
+                    add_mma_build(&t, b, kind, 0, 1, i + 1);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) /* the 8-bit K/V decode kernels, with f16's _kv */
         for (int q32 = 0; q32 <= 1 && ((p->mma[1][b] >> FCL_MMA_F16) & 1); q32++)
             fcl_text_add(&t, "#define FA_NAME kvdec%s_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
@@ -181,6 +205,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
     ctx->nv.kv_decode_on = tuning->attention_kv_decode;
+    ctx->nv.kv_fixed_on = tuning->attention_kv_fixed;
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
     fcl_status s = fcl_build_unit(ctx, &ctx->nv.check_unit, mma_source(&p));
@@ -204,10 +229,10 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
 
 /* The end of an NVIDIA unit's build (where it failed, the caller has released its kernels):
  * built; or, out of host memory, that failure (the unit is tried again on its next use); or
- * not used (state -1), the reason (what runs the portable kernels, why) in
+ * not used (state -1), the reason (what runs which kernels instead, why) in
  * info.attention_mma_because and the failure recorded on ctx forgotten. */
 static fcl_status finish_nv_unit(fcl_context *ctx, fcl_unit *u, fcl_status s, int fits,
-                                 const char *what, const char *why)
+                                 const char *what, const char *instead, const char *why)
 {
     if (s == FCL_SUCCESS && fits) {
         u->state = 1;
@@ -219,7 +244,7 @@ static fcl_status finish_nv_unit(fcl_context *ctx, fcl_unit *u, fcl_status s, in
     if (s != FCL_SUCCESS)
         why = fcl_context_last_error(ctx);
     snprintf(ctx->info.attention_mma_because, sizeof ctx->info.attention_mma_because,
-             "%.48s runs the portable kernels: %.80s", what, why);
+             "%.48s runs %s: %.80s", what, instead, why);
     fcl_clear_error(ctx);
     u->state = -1;
     return FCL_SUCCESS;
@@ -266,7 +291,7 @@ static fcl_status build_nv_softmax(fcl_context *ctx)
         }
     if (s != FCL_SUCCESS || !fits)
         release_nv_softmax(ctx);
-    s = finish_nv_unit(ctx, u, s, fits, "softmax", why);
+    s = finish_nv_unit(ctx, u, s, fits, "softmax", "the portable kernels", why);
     if (u->state < 0)
         ctx->info.softmax_nv_cols = 0;
     return s;
@@ -284,8 +309,7 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
     const size_t dim = fcl_attention_bucket_dim(b);
     fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
     for (int rows = 0; rows <= 1 && s == FCL_SUCCESS && fits; rows++) {
-        snprintf(name, sizeof name, "attention_mma%s_d%zu_%s%s", rows ? "_rows" : "", dim,
-                 fcl_mma_kind_names[kind], kv ? "_kv" : "");
+        mma_kernel_name(name, sizeof name, b, kind, rows, kv, 0);
         if (fcl_plan_mma_built(b, kind, rows, kv))
             s = create_nv_kernel(ctx, u->program, name,
                                  rows ? &ctx->nv.mma_rows[kv][b][kind] : &ctx->nv.mma[kv][b][kind],
@@ -306,7 +330,30 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
     }
     snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
              kv ? " on K/V formats" : "", dim);
-    return finish_nv_unit(ctx, u, s, fits, what, why);
+    return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
+}
+
+/* Bucket b's tensor-core prefill kernel of one kind for K and V in fcl_mma_fixed_formats[i];
+ * state -1 where it does not build or fit. */
+static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
+{
+    fcl_unit *u = &ctx->nv.mma_fixed_unit[b][kind][i];
+    cl_kernel *k = &ctx->nv.mma_fixed[b][kind][i];
+    nv_parts p = {0};
+    p.mma_fixed[b][kind] = 1u << i;
+    char name[48], why[160] = "", what[64];
+    int fits = 1;
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
+    mma_kernel_name(name, sizeof name, b, kind, 0, 1, i + 1);
+    if (s == FCL_SUCCESS)
+        s = create_nv_kernel(ctx, u->program, name, k, fcl_plan_mma_shape(b, kind, 0, 1).warps * 32,
+                             &fits, why, sizeof why);
+    if (s != FCL_SUCCESS || !fits)
+        fcl_release_kernel(k);
+    snprintf(what, sizeof what, "%s attention on %s K/V at head dims up to %zu",
+             fcl_mma_kind_names[kind], fcl_format(fcl_mma_fixed_formats[i])->name,
+             fcl_attention_bucket_dim(b));
+    return finish_nv_unit(ctx, u, s, fits, what, "the _kv build", why);
 }
 
 /* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
@@ -326,7 +373,7 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
     if (s != FCL_SUCCESS || !fits)
         fcl_release_kernel(k);
     snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
-    return finish_nv_unit(ctx, u, s, fits, what, why);
+    return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
 }
 
 /* The shuffle decode kernel's feature sets: the portable decode kernel's but K/V formats
@@ -340,6 +387,7 @@ static char *nv_source(int program)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
+            p.mma_fixed[b][FCL_MMA_F16] = 1u; /* one build for a pair of formats: q8_0's */
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
                 p.decode[b] |= (unsigned)nv_decode_built_for(v) << v;
         }
@@ -366,7 +414,13 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
     fcl_status s = FCL_SUCCESS;
     *kernel = NULL;
     const int kv = v == FCL_ATTENTION_KV;
-    if (l->path == FCL_ATTENTION_PATH_MMA && (v == FCL_ATTENTION_ALL || kv)) {
+    if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_fixed) {
+        const int i = l->kv_fixed - 1;
+        if (!ctx->nv.mma_fixed_unit[b][l->mma_kind][i].state)
+            s = build_mma_fixed(ctx, b, l->mma_kind, i);
+        if (ctx->nv.mma_fixed_unit[b][l->mma_kind][i].state == 1)
+            *kernel = ctx->nv.mma_fixed[b][l->mma_kind][i];
+    } else if (l->path == FCL_ATTENTION_PATH_MMA && (v == FCL_ATTENTION_ALL || kv)) {
         /* the 8-bit decode kernels (mma_kind f16 or f16q32) are in the f16 _kv unit */
         const int unit = l->kv_decode ? FCL_MMA_F16 : l->mma_kind;
         if (!ctx->nv.mma_unit[kv][b][unit].state)
@@ -401,6 +455,11 @@ static void nv_release(fcl_context *ctx)
             fcl_release_kernel(&ctx->nv.decode[b][v]);
             fcl_release_unit(&ctx->nv.decode_unit[b][v]);
         }
+        for (int k = 0; k < FCL_MMA_KINDS; k++)
+            for (int i = 0; i < FCL_MMA_FIXED; i++) {
+                fcl_release_kernel(&ctx->nv.mma_fixed[b][k][i]);
+                fcl_release_unit(&ctx->nv.mma_fixed_unit[b][k][i]);
+            }
     }
 }
 

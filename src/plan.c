@@ -139,6 +139,7 @@ static const struct tune_key {
     {"attention_pv_vec", TUNE_SWITCH, offsetof(fcl_tuning, attention_pv_vec)},
     {"attention_mma", TUNE_SWITCH, offsetof(fcl_tuning, attention_mma)},
     {"attention_kv_decode", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_decode)},
+    {"attention_kv_fixed", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_fixed)},
     {"softmax_nv", TUNE_SWITCH, offsetof(fcl_tuning, softmax_nv)},
     {"attention_group", TUNE_GROUP, offsetof(fcl_tuning, attention_group)},
     {"attention_tile", TUNE_TILE, offsetof(fcl_tuning, attention_tile)},
@@ -246,6 +247,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
     t->cache_prefetch = e->cache_prefetch;
     t->attention_mma = 1;
     t->attention_kv_decode = 1;
+    t->attention_kv_fixed = 1;
     t->softmax_nv = 1;
     snprintf(t->source, sizeof t->source, "%s defaults", e->name);
 }
@@ -946,7 +948,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
 
     launch->bucket = bucket;
     launch->path = path;
-    launch->gqa_rows = launch->kv_decode = 0;
+    launch->gqa_rows = launch->kv_decode = launch->kv_fixed = 0;
     launch->one_query = one_query;
     /* the coded build (FA_FLAG_KV) decodes every format in its float32 slot */
     launch->dtype_kv = fcl_attention_kv_coded(d) ? FCL_DTYPE_F32 : d->dtype_kv;
@@ -1156,6 +1158,23 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
     launch->gqa_rows = gqa_rows;
     launch->mma_kind = kind;
     return 1;
+}
+
+/* The formats engines keep their caches in (the issue's q8_0, fp8 and int8, and q4_0 for
+ * long contexts), K and V in the same one: a tensor-core prefill build each, in which the
+ * format is a constant, so that no other format's decoding or products are compiled in. */
+const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED] = {
+    FCL_KV_Q8_0, FCL_KV_Q4_0, FCL_KV_FP8_E4M3, FCL_KV_FP8_E5M2, FCL_KV_INT8};
+
+int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l)
+{
+    if (l->path != FCL_ATTENTION_PATH_MMA || l->gqa_rows || !fcl_attention_kv_coded(d) ||
+        d->format_k != d->format_v)
+        return 0;
+    for (int i = 0; i < FCL_MMA_FIXED; i++)
+        if (d->format_k == fcl_mma_fixed_formats[i])
+            return i + 1;
+    return 0;
 }
 
 /* Whether the 8-bit K/V decode kernel takes GQA rows d of bucket b: f16 or float32 q, K and V

@@ -728,6 +728,52 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* The tensor-core prefill's builds for one pair of formats (K and V both q8_0, q4_0, fp8 or
+ * int8: the formats constants in the kernel) against the float64 reference, and switched off
+ * (FLASHCL_TUNE=attention_kv_fixed=0: the _kv build, formats read at run time) too: f16 q at
+ * head dims 128 and 64, TOKEN scales on int8, a HEAD scale on E4M3 K, float32 q over q8_0. */
+static void test_mma_kv_fixed_formats(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context(), *generic = tuned_context("attention_kv_fixed=0");
+    const fcl_attention_desc prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
+                                        .len_kv = 133, .head_dim = 128,
+                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT,
+                                        .dtype_q = FCL_DTYPE_F16, .dtype_kv = FCL_DTYPE_F16};
+    static const struct {
+        fcl_kv_format format;
+        fcl_dtype q;
+        size_t dim;
+        fcl_kv_scale k_mode, v_mode;
+    } cases[] = {
+        {FCL_KV_Q8_0, FCL_DTYPE_F16, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
+        {FCL_KV_Q4_0, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
+        {FCL_KV_FP8_E4M3, FCL_DTYPE_F16, 128, FCL_KV_SCALE_HEAD, FCL_KV_SCALE_NONE},
+        {FCL_KV_FP8_E5M2, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
+        {FCL_KV_INT8, FCL_DTYPE_F16, 128, FCL_KV_SCALE_TOKEN, FCL_KV_SCALE_TOKEN},
+        {FCL_KV_Q8_0, FCL_DTYPE_F32, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = prefill};
+        r.d.dtype_q = cases[i].q, r.d.head_dim = cases[i].dim;
+        r.d.format_k = r.d.format_v = cases[i].format;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_FROM_DATA);
+        if (cases[i].k_mode)
+            kv_add_scales(&r, 0, cases[i].k_mode);
+        if (cases[i].v_mode)
+            kv_add_scales(&r, 1, cases[i].v_mode);
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        if (mma_expected()) {
+            assert_int_equal(path_of(generic, &r.d), FCL_ATTENTION_PATH_MMA);
+            check_attention_run_on(generic, &r);
+        }
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(generic);
+    fcl_context_destroy(portable);
+}
+
 /* V of small or large values (its factors 2^-8 to 2^-18, or 2^18 and 2^20, times their usual
  * size): p times a small factor lies among f16's subnormals or below, p times a large one
  * past f16's largest value, so the tensor-core paths, which round the weights times V's
@@ -908,6 +954,7 @@ int main(void)
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_kv_decode_masked),
+        cmocka_unit_test(test_mma_kv_fixed_formats),
         cmocka_unit_test(test_kv_v_factor_range),
         cmocka_unit_test(test_softmax_nv_matches),
     };

@@ -767,6 +767,19 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
     coded.head_dim = coded.head_dim_v = 128, coded.len_q = 9; /* more rows than 8 */
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, &l) && !l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0); /* the GQA rows: their _kv build */
+    /* Prefill over K and V in one of the formats with builds of their own: that build; over
+     * two formats, the _kv build */
+    coded.len_q = 1000;
+    for (int i = 0; i < FCL_MMA_FIXED; i++) {
+        coded.format_k = coded.format_v = fcl_mma_fixed_formats[i];
+        assert_true(fcl_plan_attention_mma(&nv, &coded, 1, &l) && !l.gqa_rows);
+        assert_int_equal(fcl_plan_mma_fixed(&coded, &l), i + 1);
+    }
+    coded.format_v = FCL_KV_Q8_0;
+    assert_true(fcl_plan_attention_mma(&nv, &coded, 1, &l) && fcl_plan_mma_fixed(&coded, &l) == 0);
+    coded.format_k = coded.format_v = FCL_KV_Q4_1;
+    assert_true(fcl_plan_attention_mma(&nv, &coded, 1, &l) && fcl_plan_mma_fixed(&coded, &l) == 0);
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
     rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
     assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, &l));
