@@ -105,8 +105,8 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
         return s;
     *run = *pr;
     const int mma = fcl_plan_attention_mma(&ctx->info, &pr->d, nv_rows_aligned(&pr->params), l);
-    if (mma && ctx->nv.kv_fixed_on) /* K and V in a format with a build of its own */
-        l->kv_fixed = fcl_plan_mma_fixed(&pr->d, l);
+    /* K and V in a format with a build of its own (l is not planned where mma is 0) */
+    l->kv_fixed = mma && ctx->nv.kv_fixed_on ? fcl_plan_mma_fixed(&pr->d, l) : 0;
     s = plan_nvidia(ctx, mma, pr, l, &taken);
     if (s == FCL_SUCCESS && !taken && l->kv_fixed) { /* it did not build or fit: the _kv build */
         l->kv_fixed = 0;
