@@ -333,47 +333,48 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
     return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
 }
 
-/* Bucket b's tensor-core prefill kernel of one kind for K and V in fcl_mma_fixed_formats[i];
- * state -1 where it does not build or fit. */
-static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
+/* A unit of one kernel (name, for work-groups of group) from the parts p names; state -1
+ * where it does not build or fit, and what runs which kernels instead says why. */
+static fcl_status build_nv_single(fcl_context *ctx, fcl_unit *u, cl_kernel *k, const nv_parts *p,
+                                  const char *name, size_t group, const char *what,
+                                  const char *instead)
 {
-    fcl_unit *u = &ctx->nv.mma_fixed_unit[b][kind][i];
-    cl_kernel *k = &ctx->nv.mma_fixed[b][kind][i];
-    nv_parts p = {0};
-    p.mma_fixed[b][kind] = 1u << i;
-    char name[48], why[160] = "", what[64];
+    char why[160] = "";
     int fits = 1;
-    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
-    mma_kernel_name(name, sizeof name, b, kind, 0, 1, i + 1);
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(p));
     if (s == FCL_SUCCESS)
-        s = create_nv_kernel(ctx, u->program, name, k, fcl_plan_mma_shape(b, kind, 0, 1).warps * 32,
-                             &fits, why, sizeof why);
+        s = create_nv_kernel(ctx, u->program, name, k, group, &fits, why, sizeof why);
     if (s != FCL_SUCCESS || !fits)
         fcl_release_kernel(k);
+    return finish_nv_unit(ctx, u, s, fits, what, instead, why);
+}
+
+/* Bucket b's tensor-core prefill kernel of one kind for K and V in fcl_mma_fixed_formats[i]. */
+static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
+{
+    nv_parts p = {0};
+    p.mma_fixed[b][kind] = 1u << i;
+    char name[48], what[64];
+    mma_kernel_name(name, sizeof name, b, kind, 0, 1, i + 1);
     snprintf(what, sizeof what, "%s attention on %s K/V at head dims up to %zu",
              fcl_mma_kind_names[kind], fcl_format(fcl_mma_fixed_formats[i])->name,
              fcl_attention_bucket_dim(b));
-    return finish_nv_unit(ctx, u, s, fits, what, "the _kv build", why);
+    return build_nv_single(ctx, &ctx->nv.mma_fixed_unit[b][kind][i], &ctx->nv.mma_fixed[b][kind][i],
+                           &p, name, fcl_plan_mma_shape(b, kind, 0, 1).warps * 32, what,
+                           "the _kv build");
 }
 
-/* Bucket b's shuffle decode kernel of feature set v; state -1 where it does not build or fit. */
+/* Bucket b's shuffle decode kernel of feature set v. */
 static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
 {
-    fcl_unit *u = &ctx->nv.decode_unit[b][v];
-    cl_kernel *k = &ctx->nv.decode[b][v];
     nv_parts p = {0};
     p.decode[b] = 1u << v;
-    char name[40], why[160] = "", what[48];
-    int fits = 1;
+    char name[40], what[48];
     const size_t dim = fcl_attention_bucket_dim(b);
-    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
     snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
-    if (s == FCL_SUCCESS)
-        s = create_nv_kernel(ctx, u->program, name, k, FA_DNV_LWS, &fits, why, sizeof why);
-    if (s != FCL_SUCCESS || !fits)
-        fcl_release_kernel(k);
     snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
-    return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
+    return build_nv_single(ctx, &ctx->nv.decode_unit[b][v], &ctx->nv.decode[b][v], &p, name,
+                           FA_DNV_LWS, what, "the portable kernels");
 }
 
 /* The shuffle decode kernel's feature sets: the portable decode kernel's but K/V formats
