@@ -91,30 +91,37 @@ FCL_INLINE uint fa_kvd_word(__local const uchar *row, uint at)
     return at % 4 ? (w[0] >> 16) | (w[1] << 16) : w[0];
 }
 
-/* Two byte codes, bytes 0 and 2 of x, as an f16 pair (exact; the other bytes are ignored):
- * fa_kv_codes8_fast_f16's conversions (a 4- or 5-bit code n less its centre c as
- * f16(1024 + n) - (1024 + c)). An E4M3 NaN code (0x7f, 0xff) comes out finite here:
- * fa_kvd_nan_e4m3 marks it. */
-FCL_INLINE uint fa_kvd_pair(uint x, uint format)
+/* Whether a format's codes are signed bytes (fa_kvd_codes gives them plus 128). */
+FCL_INLINE int fa_kvd_signed(uint format)
 {
-    if (format == FCL_KV_FP8_E5M2)
-        return (x << 8) & 0xff00ff00u;
-    if (format == FCL_KV_FP8_E4M3) {
-        const uint t = (x << 8) & 0xff00ff00u;
-        return fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
-    }
-    /* 4- and 5-bit codes less their centre (iq4_nl's are its int8 values) */
-    if (format != FCL_KV_INT8 && format != FCL_KV_Q8_0 && format != FCL_KV_IQ4_NL)
-        return fa_f16x2_sub((x & 0x00ff00ffu) | 0x64006400u,
-                            0x64006400u + fcl_nibble_layout_of(format).centre * 0x00010001u);
-    return fa_f16x2_sub(((x & 0x00ff00ffu) ^ 0x00800080u) | 0x64006400u, 0x64806480u);
+    return format == FCL_KV_INT8 || format == FCL_KV_Q8_0 || format == FCL_KV_IQ4_NL;
 }
 
-/* The pair with f16 NaN where bytes 0 and 2 of x are E4M3 NaN codes (its exponent all ones). */
-FCL_INLINE uint fa_kvd_nan_e4m3(uint pair, uint x)
+/* Codes `upper` (0: bytes 0 and 1 of x, fa_kvd_codes' word; 1: bytes 2 and 3) as an f16 pair,
+ * exact: fp8's bytes become an f16's top byte; the others' (0 to 255) the low byte of 1024 +
+ * code (prmt beside 0x64 bytes: one instruction where a mask and an or were two), less 1024
+ * and the codes' centre (128 for signed bytes, whose codes carry it). An E4M3 NaN code
+ * (0x7f, 0xff) comes out finite here: fa_kvd_nan_e4m3 marks it. */
+FCL_INLINE uint fa_kvd_pair(uint x, uint upper, uint format)
 {
-    const uint lo = (x & 0x7fu) == 0x7fu ? 0x7e00u : 0u;
-    const uint hi = (x & 0x7f0000u) == 0x7f0000u ? 0x7e000000u : 0u;
+    if (format == FCL_KV_FP8_E5M2 || format == FCL_KV_FP8_E4M3) {
+        const uint t = fa_prmt(x, upper ? 0x3424u : 0x1404u); /* codes << 8 */
+        return format == FCL_KV_FP8_E5M2
+                   ? t
+                   : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
+    }
+    const uint centre = fa_kvd_signed(format) ? 128u : fcl_nibble_layout_of(format).centre;
+    return fa_f16x2_sub(fa_prmt2(x, 0x64646464u, upper ? 0x4342u : 0x4140u),
+                        0x64006400u + centre * 0x00010001u);
+}
+
+/* The pair with f16 NaN where codes `upper` of x (fa_kvd_pair's) are E4M3 NaN codes (their
+ * exponent all ones). */
+FCL_INLINE uint fa_kvd_nan_e4m3(uint pair, uint x, uint upper)
+{
+    const uint codes = upper ? x >> 16 : x;
+    const uint lo = (codes & 0x7fu) == 0x7fu ? 0x7e00u : 0u;
+    const uint hi = (codes & 0x7f00u) == 0x7f00u ? 0x7e000000u : 0u;
     return pair | lo | hi;
 }
 
@@ -152,16 +159,18 @@ FCL_INLINE uint fa_kvd_iq4_nl(uint codes)
  * a byte each: q8_0's (blocks of 34 bytes: a 2-byte d, then 32 codes) and the 8-bit formats'
  * bytes; the 4- and 5-bit formats' as 0-31 (fcl_nibble_layout_of: value j < 16 in the low
  * nibble of code byte j and j + 16 in its high nibble, its fifth bit bit j of qh, ggml's
- * layout); iq4_nl's as the int8 values its nibbles stand for. */
+ * layout); iq4_nl's as the int8 values its nibbles stand for. Signed bytes (fa_kvd_signed)
+ * come plus 128 (0 to 255), as fa_kvd_pair takes them. */
 FCL_INLINE uint fa_kvd_codes(__local const uchar *row, uint format, uint block, uint v)
 {
+    const uint bias = fa_kvd_signed(format) ? 0x80808080u : 0u;
     if (format == FCL_KV_Q8_0 || !fa_kvd_blocks(format))
-        return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v);
+        return fa_kvd_word(row, format == FCL_KV_Q8_0 ? block * 34 + 2 + v : block * 32 + v) ^ bias;
     const fcl_nibble_layout l = fcl_nibble_layout_of(format);
     const uint w = fa_kvd_word(row, block * l.bytes + l.qs + v % 16);
     uint codes = (v < 16 ? w : w >> 4) & 0x0f0f0f0fu;
     if (format == FCL_KV_IQ4_NL)
-        return fa_kvd_iq4_nl(codes);
+        return fa_kvd_iq4_nl(codes) ^ bias;
     if (l.qh) { /* the 4 fifth bits, bit i to bit 4 of byte i */
         const uint h = (fa_kvd_word(row, block * l.bytes + l.qh) >> v) & 15u;
         codes |= ((h * 0x00204081u) & 0x01010101u) << 4;
@@ -216,7 +225,9 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
  * each lane's pieces are constant places of the rows (lane + 32 i of a tensor's 16 rows of
  * FA_KVD_PIECES). A loop that stepped through each row's pieces (8 bytes each for q8_0's
  * rows) issued 2 to 4 times the instructions (ptxas, sm_90): H200, B8 H32/8 at 32K keys,
- * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248. */
+ * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248. Lanes 2r and 2r + 1 taking row r (each lane's
+ * row looked up once: 171 instructions a chunk against 251 for q8_0) ran slower for 8-bit
+ * rows (same call: q8_0 0.324 -> 0.358 ms, int8 0.249 -> 0.295; q4_0 0.304 -> 0.277). */
 FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uchar *v_dst,
                                               __local uchar (*lead)[FA_KVD_KEYS],
                                               __local float (*sc)[FA_KVD_KEYS],
@@ -306,11 +317,10 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             #pragma unroll
             for (uint h = 0; h < 2; h++) {
                 const uint x = fa_kvd_codes(row, format, b, 8 * t + 4 * h);
-                const uint lo = fa_prmt(x, 0x4140u), hi = fa_prmt(x, 0x4342u); /* codes 0, 1 and 2, 3 */
-                uint b0 = fa_kvd_pair(lo, format), b1 = fa_kvd_pair(hi, format);
+                uint b0 = fa_kvd_pair(x, 0, format), b1 = fa_kvd_pair(x, 1, format);
                 if (format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
-                    b0 = fa_kvd_nan_e4m3(b0, lo);
-                    b1 = fa_kvd_nan_e4m3(b1, hi);
+                    b0 = fa_kvd_nan_e4m3(b0, x, 0);
+                    b1 = fa_kvd_nan_e4m3(b1, x, 1);
                 }
                 const uint a[4] = {qa[2 * b + h][0], ql[2 * b + h][0], qa[2 * b + h][1],
                                    ql[2 * b + h][1]};
@@ -412,14 +422,14 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
         }
         #pragma unroll
         for (uint h = 0; h < 2; h++) {
-            /* a0: dim 32b + 4g + 2h of keys 2t, 2t + 1; a1: the next dim; a2, a3: keys + 8 */
+            /* a0: dim 32b + 4g + 2h of keys 2t, 2t + 1; a1: the next dim; a2, a3: keys + 8;
+             * from keys k and k + 1's codes of dims 2h and 2h + 1 interleaved */
+            const uint pairs[2] = {fa_prmt2(x[b][0], x[b][1], h ? 0x7362u : 0x5140u),
+                                   fa_prmt2(x[b][2], x[b][3], h ? 0x7362u : 0x5140u)};
             uint a[4];
             #pragma unroll
-            for (uint i = 0; i < 4; i++) {
-                const uint e = 2 * h + i % 2, k = i / 2 * 2;
-                a[i] = fa_kvd_pair(fa_prmt2(x[b][k], x[b][k + 1], e | e << 4 | (4 + e) << 8 | (4 + e) << 12),
-                                   format);
-            }
+            for (uint i = 0; i < 4; i++)
+                a[i] = fa_kvd_pair(pairs[i / 2], i % 2, format);
             fa_mma_f16(o[2 * b + h], a, bf[0], bf[1]);
             if (FA_KVD_Q32)
                 fa_mma_f16(o[2 * b + h], a, bl[0], bl[1]);
