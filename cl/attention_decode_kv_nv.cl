@@ -98,18 +98,14 @@ FCL_INLINE int fa_kvd_signed(uint format)
 }
 
 /* Codes `upper` (0: bytes 0 and 1 of x, fa_kvd_codes' word; 1: bytes 2 and 3) as an f16 pair,
- * exact: fp8's bytes become an f16's top byte; the others' (0 to 255) the low byte of 1024 +
+ * exact: fp8's as fa_fp8_pair_f16's; the others' (0 to 255) the low byte of 1024 +
  * code (prmt beside 0x64 bytes: one instruction where a mask and an or were two), less 1024
  * and the codes' centre (128 for signed bytes, whose codes carry it). An E4M3 NaN code
  * (0x7f, 0xff) comes out finite here: fa_kvd_nan_e4m3 marks it. */
 FCL_INLINE uint fa_kvd_pair(uint x, uint upper, uint format)
 {
-    if (format == FCL_KV_FP8_E5M2 || format == FCL_KV_FP8_E4M3) {
-        const uint t = fa_prmt(x, upper ? 0x3424u : 0x1404u); /* codes << 8 */
-        return format == FCL_KV_FP8_E5M2
-                   ? t
-                   : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
-    }
+    if (format == FCL_KV_FP8_E5M2 || format == FCL_KV_FP8_E4M3)
+        return fa_fp8_pair_f16(x, upper, format == FCL_KV_FP8_E5M2);
     const uint centre = fa_kvd_signed(format) ? 128u : fcl_nibble_layout_of(format).centre;
     return fa_f16x2_sub(fa_prmt2(x, 0x64646464u, upper ? 0x4342u : 0x4140u),
                         0x64006400u + centre * 0x00010001u);

@@ -291,6 +291,15 @@ FCL_INLINE uint fa_f16x2_mul(uint a, uint b)
     return r;
 }
 
+/* fp8 codes `upper` of w (0: bytes 0 and 1; 1: bytes 2 and 3) as an f16 pair: E5M2's as f16's
+ * top byte; E4M3's bits as f16's shifted by one (the value times 2^-8, subnormals too) times
+ * 256. Exact for finite codes; a NaN or infinite one is the caller's to find. */
+FCL_INLINE uint fa_fp8_pair_f16(uint w, uint upper, int e5m2)
+{
+    const uint t = fa_prmt(w, upper ? 0x3424u : 0x1404u); /* codes << 8 */
+    return e5m2 ? t : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
+}
+
 /* Whether both 16-bit values of an f16 pair are finite. */
 FCL_INLINE int fa_f16x2_finite(uint w)
 {
@@ -327,11 +336,8 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
          * stay free of branches) */
         ok = !((((w[0] & top) + one) | ((w[1] & top) + one)) & 0x80808080u);
         #pragma unroll
-        for (uint k = 0; k < 4; k++) {
-            const uint t = fa_prmt(w[k / 2], k % 2 ? 0x3424u : 0x1404u); /* codes << 8 */
-            r[k] = e5m2 ? t
-                        : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
-        }
+        for (uint k = 0; k < 4; k++)
+            r[k] = fa_fp8_pair_f16(w[k / 2], k % 2, e5m2);
     } else if (format >= FCL_KV_Q4_0 && format <= FCL_KV_Q5_1) {
         const fa_nibbles blk = fa_nibble_block(row, format, col);
         const uint bias = (0x6400u + blk.bias) * 0x10001u; /* f16 1024 + bias, twice */
