@@ -101,7 +101,8 @@ FCL_INLINE int fa_kvd_signed(uint format)
  * exact: fp8's as fa_fp8_pair_f16's; the others' (0 to 255) the low byte of 1024 +
  * code (prmt beside 0x64 bytes: one instruction where a mask and an or were two), less 1024
  * and the codes' centre (128 for signed bytes, whose codes carry it). An E4M3 NaN code
- * (0x7f, 0xff) comes out finite here: fa_kvd_nan_e4m3 marks it. */
+ * (0x7f, 0xff) comes out NaN by the hardware's conversion (FA_NV_FP8_CVT), else finite:
+ * fa_kvd_nan_e4m3 then marks it. */
 FCL_INLINE uint fa_kvd_pair(uint x, uint upper, uint format)
 {
     if (format == FCL_KV_FP8_E5M2 || format == FCL_KV_FP8_E4M3)
@@ -314,7 +315,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             for (uint h = 0; h < 2; h++) {
                 const uint x = fa_kvd_codes(row, format, b, 8 * t + 4 * h);
                 uint b0 = fa_kvd_pair(x, 0, format), b1 = fa_kvd_pair(x, 1, format);
-                if (format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
+                /* (the hardware's conversion gives NaN codes as NaN) */
+                if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
                     b0 = fa_kvd_nan_e4m3(b0, x, 0);
                     b1 = fa_kvd_nan_e4m3(b1, x, 1);
                 }

@@ -291,11 +291,29 @@ FCL_INLINE uint fa_f16x2_mul(uint a, uint b)
     return r;
 }
 
+/* E4M3 codes `upper` of w (0: bytes 0 and 1; 1: bytes 2 and 3) as an f16 pair by the
+ * hardware's conversion (compute capability 8.9 and later): exact, NaN codes to NaN. */
+FCL_INLINE uint fa_e4m3_pair_cvt(uint w, uint upper)
+{
+    uint r;
+    if (upper)
+        __asm__("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;}"
+                : "=r"(r) : "r"(w));
+    else
+        __asm__("{.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;}"
+                : "=r"(r) : "r"(w));
+    return r;
+}
+
 /* fp8 codes `upper` of w (0: bytes 0 and 1; 1: bytes 2 and 3) as an f16 pair: E5M2's as f16's
- * top byte; E4M3's bits as f16's shifted by one (the value times 2^-8, subnormals too) times
- * 256. Exact for finite codes; a NaN or infinite one is the caller's to find. */
+ * top byte; E4M3's by fa_e4m3_pair_cvt where the program has it (FA_NV_FP8_CVT: the
+ * planner's fcl_plan_fp8_cvt), else its bits as f16's shifted by one (the value times 2^-8,
+ * subnormals too) times 256. Exact for finite codes. A NaN or infinite one is the caller's to
+ * find: E4M3's come out finite without the instruction. */
 FCL_INLINE uint fa_fp8_pair_f16(uint w, uint upper, int e5m2)
 {
+    if (FA_NV_FP8_CVT && !e5m2)
+        return fa_e4m3_pair_cvt(w, upper);
     const uint t = fa_prmt(w, upper ? 0x3424u : 0x1404u); /* codes << 8 */
     return e5m2 ? t : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
 }

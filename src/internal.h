@@ -113,6 +113,9 @@ typedef struct fcl_nv_kernels {
     fcl_unit mma_fixed_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
     cl_kernel mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
     int kv_fixed_on;
+    /* ... whether their programs convert E4M3 codes by the hardware's instruction
+     * (fcl_plan_fp8_cvt) */
+    int fp8_cvt;
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */
     cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -373,6 +376,8 @@ typedef struct fcl_tuning {
     int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
     int attention_kv_fixed;    /* 0: the tensor-core prefill over K/V formats keeps the _kv
                                   build that reads them at run time (fcl_plan_mma_fixed) */
+    int attention_fp8_cvt;     /* 0: NVIDIA's kernels convert E4M3 codes by integer and f16
+                                  arithmetic even where the GPU converts them (fcl_plan_fp8_cvt) */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
     char source[96];           /* which table entry, then what changed it (fcl_tuning_apply) */
 } fcl_tuning;
@@ -381,7 +386,8 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
 /* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
  * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
- * attention_mma=0|1, attention_kv_decode=0|1, attention_kv_fixed=0|1, softmax_nv=0|1) to t
+ * attention_mma=0|1, attention_kv_decode=0|1, attention_kv_fixed=0|1, attention_fp8_cvt=0|1,
+ * softmax_nv=0|1) to t
  * and names where
  * (FLASHCL_TUNE, options.tuning) in t->source; NULL or "" changes nothing. A bad override is
  * FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the thread if
@@ -464,6 +470,9 @@ int fcl_plan_tile_built(int bucket, int variant);
  * with the reason in because. */
 int fcl_plan_mma(const fcl_device_info *info, const fcl_tuning *tuning, char *because,
                  size_t cap);
+/* Whether NVIDIA's kernels for a GPU of compute capability cc (major * 10 + minor) convert
+ * E4M3 codes by the hardware's instruction (FA_NV_FP8_CVT; tuning NULL: the default). */
+int fcl_plan_fp8_cvt(unsigned cc, const fcl_tuning *tuning);
 /* Their kernel name suffixes, by kind. */
 extern const char *const fcl_mma_kind_names[FCL_MMA_KINDS];
 /* The kind that runs d on the tensor cores (q and k of one storage type), else -1. */
@@ -674,8 +683,9 @@ typedef struct fcl_fast_path {
      * not build or fit. */
     fcl_status (*attention_kernel)(fcl_context *ctx, const fcl_attention_launch *l, int v,
                                    cl_kernel *kernel);
-    /* Its programs' source (FCL_SOURCE_*, or a bucket), for offline compilers. */
-    char *(*source)(int program);
+    /* Its programs' source (FCL_SOURCE_*, or a bucket) for a GPU of compute capability cc
+     * (major * 10 + minor), for offline compilers. */
+    char *(*source)(int program, unsigned cc);
     void (*release)(fcl_context *ctx);
 } fcl_fast_path;
 extern const fcl_fast_path fcl_nvidia_path;

@@ -64,9 +64,10 @@ static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int k
                  format, format, fcl_cl_attention_mma_nv);
 }
 
-/* The NVIDIA programs' parts, as the portable ones'. */
+/* The NVIDIA programs' parts, as the portable ones', and how E4M3 codes convert in them
+ * (fp8_cvt: FA_NV_FP8_CVT). */
 typedef struct nv_parts {
-    int check, softmax;
+    int check, softmax, fp8_cvt;
     unsigned mma[2][FCL_MMA_BUCKETS]; /* bit kind: the kind's prefill and GQA builds ([1]: _kv) */
     /* bit i: the kind's prefill build for K and V in fcl_mma_fixed_formats[i] */
     unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
@@ -82,8 +83,9 @@ static char *mma_source(const nv_parts *p)
         for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
             attention |= p->mma_fixed[b][kind] != 0;
     }
-    fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n",
-                 fcl_cl_kv_formats, fcl_cl_common);
+    fcl_text_add(&t, "/* flashcl's NVIDIA program */\n#define FA_NV_FP8_CVT %d\n"
+                     "#line 1 \"kv_formats.h\"\n%s\n#line 1 \"common.cl\"\n%s\n",
+                 p->fp8_cvt, fcl_cl_kv_formats, fcl_cl_common);
     fcl_text_add(&t, "#line 1 \"common_nv.cl\"\n%s\n", fcl_cl_common_nv);
     if (attention)
         fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
@@ -206,6 +208,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->info.softmax_nv_cols = 0;
     ctx->nv.kv_decode_on = tuning->attention_kv_decode;
     ctx->nv.kv_fixed_on = tuning->attention_kv_fixed;
+    ctx->nv.fp8_cvt = fcl_plan_fp8_cvt(ctx->info.nv_compute_capability, tuning);
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
     fcl_status s = fcl_build_unit(ctx, &ctx->nv.check_unit, mma_source(&p));
@@ -302,7 +305,7 @@ static fcl_status build_nv_softmax(fcl_context *ctx)
 static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
 {
     fcl_unit *u = &ctx->nv.mma_unit[kv][b][kind];
-    nv_parts p = {0};
+    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
     p.mma[kv][b] = 1u << kind;
     char name[40], why[160] = "", what[48];
     int fits = 1;
@@ -352,7 +355,7 @@ static fcl_status build_nv_single(fcl_context *ctx, fcl_unit *u, cl_kernel *k, c
 /* Bucket b's tensor-core prefill kernel of one kind for K and V in fcl_mma_fixed_formats[i]. */
 static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
 {
-    nv_parts p = {0};
+    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
     p.mma_fixed[b][kind] = 1u << i;
     char name[48], what[64];
     mma_kernel_name(name, sizeof name, b, kind, 0, 1, i + 1);
@@ -367,7 +370,7 @@ static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
 /* Bucket b's shuffle decode kernel of feature set v. */
 static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
 {
-    nv_parts p = {0};
+    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
     p.decode[b] = 1u << v;
     char name[40], what[48];
     const size_t dim = fcl_attention_bucket_dim(b);
@@ -381,10 +384,11 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
  * (the planner keeps those calls on the portable kernels). */
 static int nv_decode_built_for(int v) { return fcl_decode_built_for(v) && v != FCL_ATTENTION_KV; }
 
-static char *nv_source(int program)
+static char *nv_source(int program, unsigned cc)
 {
     nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
-                  .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX};
+                  .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX,
+                  .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL)};
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;

@@ -774,6 +774,55 @@ static void test_mma_kv_fixed_formats(void **state)
     fcl_context_destroy(portable);
 }
 
+/* E4M3 K and V of every code (K's element e code 7e + 3, V's 13e + 1; NaN codes as 0), then a
+ * NaN code in a key of sequence 1 and in a value of sequence 0 (each hidden from some rows in
+ * the prefill), on the 8-bit decode kernel (f16 and float32 q) and the tensor-core prefill's
+ * E4M3 build: on the test context (the hardware's conversion where the GPU has one,
+ * fcl_plan_fp8_cvt) and switched off (FLASHCL_TUNE=attention_fp8_cvt=0: integer and f16
+ * arithmetic), each against the float64 reference, the first against the portable path. */
+static void test_fp8_e4m3_conversions(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context(), *integer = tuned_context("attention_fp8_cvt=0");
+    const fcl_attention_desc rows = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                     .len_kv = 300, .head_dim = 128, .kv_splits = 2,
+                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT},
+                             prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
+                                        .len_kv = 133, .head_dim = 128,
+                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT};
+    const struct {
+        const fcl_attention_desc *d;
+        fcl_dtype q;
+    } cases[] = {{&rows, FCL_DTYPE_F16}, {&rows, FCL_DTYPE_F32}, {&prefill, FCL_DTYPE_F16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = *cases[i].d};
+        r.d.dtype_q = cases[i].q, r.d.dtype_kv = FCL_DTYPE_F16;
+        r.d.format_k = r.d.format_v = FCL_KV_FP8_E4M3;
+        r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
+        r.d.k_scale = r.d.v_scale = 1.0f / 256.0f; /* codes up to 448 */
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, KV_RAW);
+        unsigned char *k = (unsigned char *)r.io.k, *v = (unsigned char *)r.io.v;
+        for (size_t e = 0; e < r.k_n; e++) {
+            const unsigned char ck = (unsigned char)(e * 7 + 3), cv = (unsigned char)(e * 13 + 1);
+            k[e] = (ck & 0x7f) == 0x7f ? 0 : ck;
+            v[e] = (cv & 0x7f) == 0x7f ? 0 : cv;
+        }
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        if (mma_expected())
+            check_attention_run_on(integer, &r);
+        const size_t len = r.d.len_kv, dim = r.d.head_dim, heads = r.d.heads_kv;
+        k[((1 * heads + 0) * len + 100) * dim + 5] = 0x7f; /* sequence 1, kv head 0, key 100 */
+        v[((0 * heads + 1) * len + 120) * dim + 9] = 0xff; /* sequence 0, kv head 1, key 120 */
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        if (mma_expected())
+            check_attention_run_on(integer, &r);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(integer);
+    fcl_context_destroy(portable);
+}
+
 /* V of small or large values (its factors 2^-8 to 2^-18, or 2^18 and 2^20, times their usual
  * size): p times a small factor lies among f16's subnormals or below, p times a large one
  * past f16's largest value, so the tensor-core paths, which round the weights times V's
@@ -956,6 +1005,7 @@ int main(void)
         cmocka_unit_test(test_kv_decode_masked),
         cmocka_unit_test(test_mma_kv_fixed_formats),
         cmocka_unit_test(test_kv_v_factor_range),
+        cmocka_unit_test(test_fp8_e4m3_conversions),
         cmocka_unit_test(test_softmax_nv_matches),
     };
     return support_run_tests(tests);

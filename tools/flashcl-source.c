@@ -1,7 +1,8 @@
 /* flashcl-source: prints the OpenCL source flashcl would compile for a device it cannot
  * see, described by a built-in capability preset, so offline compilers can check it
- * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma: the NVIDIA programs
- * (GPUs of compute capability 8.0 and later). Every kernel in one source, or one program's
+ * (.ci/amd-offline-check.sh, .ci/nvptx-offline-check.sh); sm_80-mma and sm_90-mma: the
+ * NVIDIA programs for GPUs of compute capability 8.0 to 8.8 and for 8.9 and later (their fp8
+ * conversions, scripts/nv-sass-count.sh). Every kernel in one source, or one program's
  * (a head-dim bucket's: all its kernels, which the library builds a few at a time).
  * Internal: built from the static library, not installed. */
 #include "internal.h"
@@ -68,10 +69,11 @@ int main(int argc, char **argv)
 {
     const char *target = argc > 1 ? argv[1] : "";
     const char *which = argc > 2 ? argv[2] : NULL;
-    if (strcmp(target, "sm_80-mma") == 0) { /* the NVIDIA programs (compute capability 8.0 and later) */
+    const unsigned cc = strcmp(target, "sm_80-mma") == 0 ? 80 : strcmp(target, "sm_90-mma") == 0 ? 90 : 0;
+    if (cc) { /* the NVIDIA programs */
         const int program = program_number(which, FCL_MMA_BUCKETS);
         if (program >= FCL_SOURCE_CHECK && program != FCL_SOURCE_MERGE)
-            return print_source(fcl_nvidia_path.source(program), "NVIDIA kernels");
+            return print_source(fcl_nvidia_path.source(program, cc), "NVIDIA kernels");
     }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
         const int program = program_number(which, FCL_ATTENTION_BUCKETS);
@@ -84,7 +86,7 @@ int main(int argc, char **argv)
                             what);
     }
     fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90 [all|softmax|merge|d64|d128|d256|d576]\n"
-                    "       flashcl-source sm_80-mma [all|check|softmax|d64|d128|d256]\n"
+                    "       flashcl-source sm_80-mma|sm_90-mma [all|check|softmax|d64|d128|d256]\n"
                     "  one program (a bucket's: every kernel of the bucket), or all in one source\n");
     return 2;
 }
