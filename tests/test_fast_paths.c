@@ -509,6 +509,24 @@ static void check_kv_both(fcl_context *portable, attention_run *r, fcl_attention
         assert_int_not_equal(path_of(support_ctx, &r->d), fast_path);
 }
 
+/* GQA rows (3 sequences of 300 keys in 2 splits, groups of 4) and a prefill (70 rows over 133
+ * keys), bottom-right causal at head dim 128: shapes the coded K/V tests share. */
+static const fcl_attention_desc kv_rows = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                           .len_kv = 300, .head_dim = 128, .kv_splits = 2,
+                                           .causal = FCL_CAUSAL_BOTTOM_RIGHT},
+                                kv_prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2,
+                                              .len_q = 70, .len_kv = 133, .head_dim = 128,
+                                              .causal = FCL_CAUSAL_BOTTOM_RIGHT};
+
+/* check_kv_both, and r against the reference on `switched` (a context with a fast path
+ * switched off) where the NVIDIA kernels run. */
+static void check_kv_switched(fcl_context *portable, fcl_context *switched, attention_run *r)
+{
+    check_kv_both(portable, r, FCL_ATTENTION_PATH_MMA);
+    if (mma_expected())
+        check_attention_run_on(switched, r);
+}
+
 /* One K/V-format case of d on both contexts: K and V in fk and fv (built by fill), scaled as
  * d says or (a mode other than NONE) by kv_add_scales, and where nonfinite a NaN code in V (fp8 E4M3) or an infinite one (E5M2) in
  * row 37 of the cache (its key hidden from some queries by causality). */
@@ -784,18 +802,12 @@ static void test_fp8_e4m3_conversions(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context(), *integer = tuned_context("attention_fp8_cvt=0");
-    const fcl_attention_desc rows = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
-                                     .len_kv = 300, .head_dim = 128, .kv_splits = 2,
-                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT},
-                             prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
-                                        .len_kv = 133, .head_dim = 128,
-                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT};
-    const struct {
-        const fcl_attention_desc *d;
+    static const struct {
+        int prefill;
         fcl_dtype q;
-    } cases[] = {{&rows, FCL_DTYPE_F16}, {&rows, FCL_DTYPE_F32}, {&prefill, FCL_DTYPE_F16}};
+    } cases[] = {{0, FCL_DTYPE_F16}, {0, FCL_DTYPE_F32}, {1, FCL_DTYPE_F16}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        attention_run r = {.d = *cases[i].d};
+        attention_run r = {.d = cases[i].prefill ? kv_prefill : kv_rows};
         r.d.dtype_q = cases[i].q, r.d.dtype_kv = FCL_DTYPE_F16;
         r.d.format_k = r.d.format_v = FCL_KV_FP8_E4M3;
         r.d.scale_mode_k = r.d.scale_mode_v = FCL_KV_SCALE_TENSOR;
@@ -808,15 +820,11 @@ static void test_fp8_e4m3_conversions(void **state)
             k[e] = (ck & 0x7f) == 0x7f ? 0 : ck;
             v[e] = (cv & 0x7f) == 0x7f ? 0 : cv;
         }
-        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
-        if (mma_expected())
-            check_attention_run_on(integer, &r);
+        check_kv_switched(portable, integer, &r);
         const size_t len = r.d.len_kv, dim = r.d.head_dim, heads = r.d.heads_kv;
         k[((1 * heads + 0) * len + 100) * dim + 5] = 0x7f; /* sequence 1, kv head 0, key 100 */
         v[((0 * heads + 1) * len + 120) * dim + 9] = 0xff; /* sequence 0, kv head 1, key 120 */
-        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
-        if (mma_expected())
-            check_attention_run_on(integer, &r);
+        check_kv_switched(portable, integer, &r);
         kv_free_run(&r);
     }
     fcl_context_destroy(integer);
@@ -833,12 +841,6 @@ static void test_kv_v_factor_range(void **state)
 {
     (void)state;
     fcl_context *portable = portable_context();
-    const fcl_attention_desc rows = {.batch = 3, .heads_q = 8, .heads_kv = 2, .len_q = 1,
-                                     .len_kv = 300, .head_dim = 128, .kv_splits = 2,
-                                     .causal = FCL_CAUSAL_BOTTOM_RIGHT},
-                             prefill = {.batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 70,
-                                        .len_kv = 133, .head_dim = 128,
-                                        .causal = FCL_CAUSAL_BOTTOM_RIGHT};
     static const struct {
         int prefill;
         fcl_dtype q;
@@ -854,7 +856,7 @@ static void test_kv_v_factor_range(void **state)
         {1, FCL_DTYPE_F32, FCL_KV_INT8, 20},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        attention_run r = {.d = cases[i].prefill ? prefill : rows};
+        attention_run r = {.d = cases[i].prefill ? kv_prefill : kv_rows};
         r.d.dtype_q = cases[i].q, r.d.dtype_kv = FCL_DTYPE_F16;
         r.d.format_k = FCL_KV_Q8_0, r.d.format_v = cases[i].v;
         attention_contiguous_inputs(&r);
@@ -902,9 +904,7 @@ static void test_kv_decode_masked(void **state)
         attention_mask(&r, cases[i].mask);
         if (cases[i].every_head)
             r.d.mask_stride_head = 0;
-        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
-        if (mma_expected())
-            check_attention_run_on(without, &r);
+        check_kv_switched(portable, without, &r);
         kv_free_run(&r);
     }
     fcl_context_destroy(without);
