@@ -69,7 +69,9 @@ int main(int argc, char **argv)
 {
     const char *target = argc > 1 ? argv[1] : "";
     const char *which = argc > 2 ? argv[2] : NULL;
-    const unsigned cc = strcmp(target, "sm_80-mma") == 0 ? 80 : strcmp(target, "sm_90-mma") == 0 ? 90 : 0;
+    const unsigned cc = strcmp(target, "sm_80-mma") == 0   ? 80
+                        : strcmp(target, "sm_90-mma") == 0 ? 90
+                                                           : 0;
     if (cc) { /* the NVIDIA programs */
         const int program = program_number(which, FCL_MMA_BUCKETS);
         if (program >= FCL_SOURCE_CHECK && program != FCL_SOURCE_MERGE)
