@@ -122,14 +122,6 @@ FCL_INLINE uint fa_kvd_nan_e4m3(uint pair, uint x, uint upper)
     return pair | lo | hi;
 }
 
-/* The byte codes of w that are fp8 NaN or infinite, as bits (0 for other formats). */
-FCL_INLINE uint fa_kvd_nonfinite(uint w, uint format)
-{
-    const int e5m2 = format == FCL_KV_FP8_E5M2;
-    const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
-    return format == FCL_KV_FP8_E4M3 || e5m2 ? ((w & top) + one) & 0x80808080u : 0u;
-}
-
 /* Whether a format comes in ggml blocks of 32 values with a d each (q8_0, q4_0, q4_1, q5_0,
  * q5_1, iq4_nl), and whether an m too (q4_1, q5_1). */
 FCL_INLINE int fa_kvd_blocks(uint format)
@@ -316,7 +308,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
                 const uint x = fa_kvd_codes(row, format, b, 8 * t + 4 * h);
                 uint b0 = fa_kvd_pair(x, 0, format), b1 = fa_kvd_pair(x, 1, format);
                 /* (the hardware's conversion gives NaN codes as NaN) */
-                if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 && fa_kvd_nonfinite(x, format)) {
+                if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 && fa_fp8_nonfinite(x, format)) {
                     b0 = fa_kvd_nan_e4m3(b0, x, 0);
                     b1 = fa_kvd_nan_e4m3(b1, x, 1);
                 }
@@ -392,7 +384,7 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
             const uint key = k / 2 * 8 + 2 * t + k % 2;
             x[b][k] = fa_kvd_codes(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key), format, b,
                                    4 * g);
-            bad |= fa_kvd_nonfinite(x[b][k], format);
+            bad |= fa_fp8_nonfinite(x[b][k], format);
         }
     if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
         return 0;

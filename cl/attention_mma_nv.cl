@@ -318,6 +318,14 @@ FCL_INLINE uint fa_fp8_pair_f16(uint w, uint upper, int e5m2)
     return e5m2 ? t : fa_f16x2_mul(((t >> 1) & 0x3f803f80u) | (t & 0x80008000u), 0x5c005c00u);
 }
 
+/* The byte codes of w that are fp8 NaN or infinite, as bits (0 for other formats). */
+FCL_INLINE uint fa_fp8_nonfinite(uint w, uint format)
+{
+    const int e5m2 = format == FCL_KV_FP8_E5M2;
+    const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
+    return format == FCL_KV_FP8_E4M3 || e5m2 ? ((w & top) + one) & 0x80808080u : 0u;
+}
+
 /* Whether both 16-bit values of an f16 pair are finite. */
 FCL_INLINE int fa_f16x2_finite(uint w)
 {
@@ -349,10 +357,9 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
     } else if (format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) {
         const int e5m2 = format == FCL_KV_FP8_E5M2;
         w[0] = fa_raw_word(row, col), w[1] = fa_raw_word(row, col + 4);
-        const uint top = e5m2 ? 0x7c7c7c7cu : 0x7f7f7f7fu, one = e5m2 ? 0x04040404u : 0x01010101u;
         /* no NaN or infinite code (tested after the conversion, so that a caller's copies
          * stay free of branches) */
-        ok = !((((w[0] & top) + one) | ((w[1] & top) + one)) & 0x80808080u);
+        ok = !(fa_fp8_nonfinite(w[0], format) | fa_fp8_nonfinite(w[1], format));
         #pragma unroll
         for (uint k = 0; k < 4; k++)
             r[k] = fa_fp8_pair_f16(w[k / 2], k % 2, e5m2);
