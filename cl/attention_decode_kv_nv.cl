@@ -21,7 +21,8 @@
  * chunk's codes are read from there straight into mma fragments, exact
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
- *       dims 32b + 8t + 4h .. + 3 from lane t, so that each k-step lies in one 32-dim block
+ *       dims 32b + 16h + 4t .. + 3 from lane t (FA_KVD_QK_DIM), so that each k-step lies in
+ *       one 32-dim block
  *       (ggml's d and m applied per block in float32: m times the block's sum of q) and a
  *       lane reads 4 codes a k-step (4- and 5-bit formats: 4 bytes' low or high nibbles, and
  *       4 bits of qh);
@@ -42,10 +43,19 @@
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
 #define FA_KVD_BLOCKS (FA_D / 32)
 #define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
-/* Bytes a staged row: its 16-byte pieces (FA_KVD_PIECES), and 32 more than a multiple of
- * 128, so that the 8 rows and 4 lanes of a K read fall in distinct banks (where the rows'
- * leads are the same). */
-#define FA_KVD_STRIDE (FA_D == 256 ? 288 : 160)
+/* The first of the 4 dims of 32-dim block b that lane t holds (as a word of 4 codes) in k-step
+ * 2b + h of q.k: words t and 4 + t of the block, so that with rows FA_KVD_STRIDE apart the 8
+ * keys and 4 lanes of a K read fall in 32 distinct banks (where the rows' leads are the same),
+ * as do the 4 keys and 8 lanes of a V read (dims 32b + 4g of keys 2t + c). With 8t + 4h, and
+ * rows 160 bytes apart, both reads met 2 lanes a bank; H200, B8 H32/8 D128 at 32K keys, one
+ * call, with the change below fa_mma_copy16 in fa_kvd_stage: q8_0 0.327-0.331 -> 0.287-0.298
+ * ms, int8 0.250-0.259 -> 0.238-0.239, fp8 0.248-0.250 -> 0.237, q4_0 0.304-0.310 -> 0.285. */
+#define FA_KVD_QK_DIM(h, t) (16 * (h) + 4 * (t))
+/* Bytes a staged row: its 16-byte pieces (FA_KVD_PIECES); at D64 and D128 20 and 44 words,
+ * which put the reads above in distinct banks. D256 keeps 288 bytes (72 words: 2 lanes a
+ * bank): 304 (76 words, 2 KiB more local memory a group) ran int8 7% slower than the old
+ * layout in one call, 288 as fast as it in another (H200, B8 H32/8 D256 at 16K keys). */
+#define FA_KVD_STRIDE (FA_D == 64 ? 80 : FA_D == 128 ? 176 : 288)
 #define FA_KVD_CHUNK (FA_KVD_KEYS * FA_KVD_STRIDE)
 /* 16-byte pieces a staged row: the most that q8_0's rows (the longest, D / 32 * 34 bytes)
  * span from 12 bytes past a 16-byte boundary */
@@ -246,11 +256,13 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
             const uint piece = lane + 32 * i, row = piece / FA_KVD_PIECES;
             const uint col = piece - row * FA_KVD_PIECES, at = tensor * FA_KVD_KEYS + row;
             /* every piece, those past the row's bytes as zeros (no branch: the copies are
-             * much of what the loop issues) */
+             * much of what the loop issues), read from the row's own first piece: where
+             * every empty copy named the buffer's start, int8 ran 4% slower and q4_0 6%
+             * (H200, same call), though they read no byte */
             if (FA_KVD_KEYS * FA_KVD_PIECES % 32 == 0 || row < FA_KVD_KEYS) {
                 const int left = (int)bytes[at] - (int)(col * 16);
                 fa_mma_copy16(dst + row * FA_KVD_STRIDE + col * 16,
-                              left > 0 ? src + from[at] + col * 16 : src, (uint)clamp(left, 0, 16));
+                              src + from[at] + (left > 0 ? col * 16 : 0), (uint)clamp(left, 0, 16));
             }
         }
     }
@@ -305,7 +317,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
             for (uint h = 0; h < 2; h++) {
-                const uint x = fa_kvd_codes(row, format, b, 8 * t + 4 * h);
+                const uint x = fa_kvd_codes(row, format, b, FA_KVD_QK_DIM(h, t));
                 uint b0 = fa_kvd_pair(x, 0, format), b1 = fa_kvd_pair(x, 1, format);
                 /* (the hardware's conversion gives NaN codes as NaN) */
                 if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 && fa_fp8_nonfinite(x, format)) {
@@ -491,7 +503,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
         const ulong qi = w.q0 + g; /* this lane's row of q and of the scores */
 
-        /* q's A fragments: k-step 2b + h holds dims 32b + 8t + 4h .. + 3 of row g (qa, rows
+        /* q's A fragments: k-step 2b + h holds dims 32b + 16h + 4t .. + 3 of row g (qa, rows
          * 0-7), and with FA_KVD_Q32 the small parts of row g times 2^e (ql, rows 8-15; else
          * zeros), q_factor 2^-e (fa_mma_f16_exponent of the row's 4 lanes) */
         uint qa[FA_KVD_MT][2], ql[FA_KVD_MT][2];
@@ -506,7 +518,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint ks = 0; ks < FA_KVD_MT; ks++)
                 #pragma unroll
                 for (uint i = 0; i < 4; i++) {
-                    x[ks][i] = inside ? q_row[ks / 2 * 32 + 8 * t + 4 * (ks % 2) + i] : 0.0f;
+                    x[ks][i] = inside ? q_row[ks / 2 * 32 + FA_KVD_QK_DIM(ks % 2, t) + i] : 0.0f;
                     top = fmax(top, fabs(x[ks][i]));
                 }
             const int e = fa_mma_f16_exponent(top);
@@ -523,7 +535,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint ks = 0; ks < FA_KVD_MT; ks++)
                 #pragma unroll
                 for (uint i = 0; i < 2; i++) {
-                    const uint d = ks / 2 * 32 + 8 * t + 4 * (ks % 2) + 2 * i;
+                    const uint d = ks / 2 * 32 + FA_KVD_QK_DIM(ks % 2, t) + 2 * i;
                     qa[ks][i] = inside ? q_row[d] | (uint)q_row[d + 1] << 16 : 0u;
                     ql[ks][i] = 0u;
                 }
@@ -704,5 +716,6 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_KVD_MT
 #undef FA_KVD_STRIDE
 #undef FA_KVD_CHUNK
+#undef FA_KVD_QK_DIM
 #undef FA_KVD_PIECES
 #undef FA_KVD_Q32
