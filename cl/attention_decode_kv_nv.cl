@@ -48,8 +48,8 @@
  * keys and 4 lanes of a K read fall in 32 distinct banks (where the rows' leads are the same),
  * as do the 4 keys and 8 lanes of a V read (dims 32b + 4g of keys 2t + c). With 8t + 4h, and
  * rows 160 bytes apart, both reads met 2 lanes a bank; H200, B8 H32/8 D128 at 32K keys, one
- * call, with the change below fa_mma_copy16 in fa_kvd_stage: q8_0 0.327-0.331 -> 0.287-0.298
- * ms, int8 0.250-0.259 -> 0.238-0.239, fp8 0.248-0.250 -> 0.237, q4_0 0.304-0.310 -> 0.285. */
+ * call, with fa_kvd_stage's empty copies (below) changed too: q8_0 0.323-0.326 -> 0.289-0.292
+ * ms, int8 0.257-0.261 -> 0.239-0.241, fp8 0.250 -> 0.231-0.236, q4_0 0.304-0.308 -> 0.279. */
 #define FA_KVD_QK_DIM(h, t) (16 * (h) + 4 * (t))
 /* Bytes a staged row: its 16-byte pieces (FA_KVD_PIECES); at D64 and D128 20 and 44 words,
  * which put the reads above in distinct banks. D256 keeps 288 bytes (72 words: 2 lanes a
