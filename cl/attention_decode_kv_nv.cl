@@ -22,10 +22,9 @@
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
  *       dims 32b + 16h + 4t .. + 3 from lane t (FA_KVD_QK_DIM), so that each k-step lies in
- *       one 32-dim block
- *       (ggml's d and m applied per block in float32: m times the block's sum of q) and a
- *       lane reads 4 codes a k-step (4- and 5-bit formats: 4 bytes' low or high nibbles, and
- *       4 bits of qh);
+ *       one 32-dim block (ggml's d and m applied per block in float32: m times the block's
+ *       sum of q) and a lane reads 4 codes a k-step (4- and 5-bit formats: 4 bytes' low or
+ *       high nibbles, and 4 bits of qh);
  *   O^T = V^T P^T (V's codes as A, P as B, the rows as the 8 columns): m-tile 2b + h takes
  *       dims 32b + 4g + 2h (its row g) and + 1 (row g + 8) from lane g, so that a lane reads
  *       4 bytes of each of its 4 keys a block, each m-tile lies in one block (ggml's d joins P,
