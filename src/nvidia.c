@@ -74,6 +74,13 @@ typedef struct nv_parts {
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
 } nv_parts;
 
+/* The parts every NVIDIA program of ctx shares (how E4M3 codes convert), to which each
+ * builder adds its kernels. */
+static nv_parts context_parts(const fcl_context *ctx)
+{
+    return (nv_parts){.fp8_cvt = ctx->nv.fp8_cvt};
+}
+
 static char *mma_source(const nv_parts *p)
 {
     fcl_text t = {0};
@@ -203,7 +210,6 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
 {
     char *because = ctx->info.attention_mma_because;
     const size_t cap = sizeof ctx->info.attention_mma_because;
-    const nv_parts p = {.check = 1};
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
     ctx->nv.kv_decode_on = tuning->attention_kv_decode;
@@ -211,6 +217,8 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->nv.fp8_cvt = fcl_plan_fp8_cvt(ctx->info.nv_compute_capability, tuning);
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
+    nv_parts p = context_parts(ctx);
+    p.check = 1;
     fcl_status s = fcl_build_unit(ctx, &ctx->nv.check_unit, mma_source(&p));
     if (s == FCL_ERROR_OUT_OF_HOST_MEMORY)
         return s;
@@ -268,7 +276,8 @@ static void release_nv_softmax(fcl_context *ctx)
 static fcl_status build_nv_softmax(fcl_context *ctx)
 {
     fcl_unit *u = &ctx->nv.softmax_unit;
-    const nv_parts p = {.softmax = 1};
+    nv_parts p = context_parts(ctx);
+    p.softmax = 1;
     char why[160] = "";
     int fits = 1;
     fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
@@ -305,7 +314,7 @@ static fcl_status build_nv_softmax(fcl_context *ctx)
 static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
 {
     fcl_unit *u = &ctx->nv.mma_unit[kv][b][kind];
-    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
+    nv_parts p = context_parts(ctx);
     p.mma[kv][b] = 1u << kind;
     char name[40], why[160] = "", what[48];
     int fits = 1;
@@ -355,7 +364,7 @@ static fcl_status build_nv_single(fcl_context *ctx, fcl_unit *u, cl_kernel *k, c
 /* Bucket b's tensor-core prefill kernel of one kind for K and V in fcl_mma_fixed_formats[i]. */
 static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
 {
-    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
+    nv_parts p = context_parts(ctx);
     p.mma_fixed[b][kind] = 1u << i;
     char name[48], what[64];
     mma_kernel_name(name, sizeof name, b, kind, 0, 1, i + 1);
@@ -370,7 +379,7 @@ static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
 /* Bucket b's shuffle decode kernel of feature set v. */
 static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
 {
-    nv_parts p = {.fp8_cvt = ctx->nv.fp8_cvt};
+    nv_parts p = context_parts(ctx);
     p.decode[b] = 1u << v;
     char name[40], what[48];
     const size_t dim = fcl_attention_bucket_dim(b);
