@@ -560,7 +560,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const int scale_in_c = !(p->flags & (FA_FLAG_SOFTCAP | FA_MASKS)) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
         /* plain: the scores are q.k (times K's TOKEN scales) times c, no softcap or mask. The
-         * loop below then tests it once a chunk where each feature took a test a key, and
+         * loop below then tests the features once a chunk where each took a test a key, and
          * skips rescaling o where no alpha changes it: H200, B8 H32/8 D128 at 32K keys, one
          * call, int8 0.242-0.245 -> 0.225 ms, q8_0 0.287-0.296 -> 0.275-0.276, int8 with
          * TOKEN scales 0.288 -> 0.268, multi-head int8 0.82-0.83 -> 0.75 */
