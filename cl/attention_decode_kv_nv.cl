@@ -492,6 +492,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint fk = p->format_k, fv = p->format_v;
+    const int k_by_token = (p->flags & FA_FLAG_K_TOKEN_SCALES) != 0;
     /* P's weights for V carry a power of two where V's factors may be small (fa_kvd_unit) */
     const int v_by_token = (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0;
     const int v_units = v_by_token || fa_kvd_blocks(fv);
@@ -559,12 +560,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const float qk_scale = p->q_scale * w.s.k_scale * q_factor;
         const int scale_in_c = !(p->flags & (FA_FLAG_SOFTCAP | FA_MASKS)) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
-        /* plain: the scores are q.k (times K's TOKEN scales) times c, no softcap or mask. The
-         * loop below then tests the features once a chunk where each took a test a key, and
-         * skips rescaling o where no alpha changes it: H200, B8 H32/8 D128 at 32K keys, one
-         * call, int8 0.242-0.245 -> 0.225 ms, q8_0 0.287-0.296 -> 0.275-0.276, int8 with
+        /* scale_in_c: the scores are q.k (times K's TOKEN scales) times c, no softcap or mask.
+         * The loop below then tests the features once a chunk where each took a test a key,
+         * and skips rescaling o where no alpha changes it: H200, B8 H32/8 D128 at 32K keys,
+         * one call, int8 0.242-0.245 -> 0.225 ms, q8_0 0.287-0.296 -> 0.275-0.276, int8 with
          * TOKEN scales 0.288 -> 0.268, multi-head int8 0.82-0.83 -> 0.75 */
-        const int plain = scale_in_c, k_by_token = (p->flags & FA_FLAG_K_TOKEN_SCALES) != 0;
 
         float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
         int o_unit = 0; /* o holds 2^o_unit times its value (fa_kvd_unit) */
@@ -617,7 +617,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 2; e++)
                         s[nb][e] *= token_sc[warp][buf][0][nb * 8 + 2 * t + e];
             float x[2][2], top = -INFINITY;
-            if (plain) {
+            if (scale_in_c) {
                 #pragma unroll
                 for (uint nb = 0; nb < 2; nb++)
                     #pragma unroll
@@ -631,9 +631,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     #pragma unroll
                     for (uint e = 0; e < 2; e++) {
                         const uint key = nb * 8 + 2 * t + e;
-                        float v = s[nb][e];
-                        if (!scale_in_c)
-                            v *= qk_scale;
+                        float v = s[nb][e] * qk_scale;
                         if (p->flags & FA_FLAG_SOFTCAP)
                             v = fa_softcap(p->softcap, v);
                         if (p->flags & FA_MASKS)
