@@ -33,6 +33,12 @@
  * P's weights times V's factors (TOKEN scales, ggml's d) are rounded to f16 times a power of
  * two per chunk that puts the largest factor near f16's top (fa_kvd_unit), so that small
  * factors do not put them among f16's subnormals; o carries it until the end.
+ * The direct build (FA_KVD_DIRECT_BUILT; the planner takes it for int8 and fp8 K and V whose
+ * rows lie at multiples of 16 bytes, src/plan.c's kv_direct_takes) has no staging: each lane
+ * loads its words of the next chunk straight into registers (fa_kvd_fetch_k, fa_kvd_fetch_v;
+ * q's fragments and o's dims follow their order, FA_KVD_Q_DIM, FA_KVD_O_DIM) and the chunk
+ * after is fetched into L2 (fa_kvd_ahead). Both builds run the same chunk functions
+ * (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as staged rows.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
 #ifndef FA_KVD_Q32
@@ -40,6 +46,17 @@
 #endif
 #define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
+/* The direct build fetches the next chunk's V with its K (1), or after this chunk's scores
+ * (0), so that K's and V's codes of two chunks are not all held at once: the registers
+ * decide the work-groups an SM (its register file is 4 parts of 16384, one a scheduler and
+ * its warps). H200, B8 H32/8 at 32K keys, int8: at D64 126 registers and 0.138 ms fetched
+ * with K, 147 and 0.151-0.155 after; at D128 178 registers (2 warps a scheduler, 4 groups
+ * an SM: 0.25-0.26 ms) with K, 167 after (3 warps, 6 groups: 0.215-0.219). */
+#define FA_KVD_V_EARLY (FA_D == 64)
+/* Whether this program has the direct build: not for float32 q (its build at D128 needs 208
+ * registers, 4 groups an SM: int8 0.33 ms against the staged build's 0.223) nor head dim 256
+ * (o alone is 128 registers). src/nvidia.c's kv_direct_built says the same. */
+#define FA_KVD_DIRECT_BUILT (!FA_KVD_Q32 && FA_D <= 128)
 #define FA_KVD_BLOCKS (FA_D / 32)
 #define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
 /* The first of the 4 dims of 32-dim block b that lane t holds (as a word of 4 codes) in k-step
@@ -50,6 +67,17 @@
  * call, with fa_kvd_stage's empty copies (below) changed too: q8_0 0.323-0.326 -> 0.289-0.292
  * ms, int8 0.257-0.261 -> 0.239-0.241, fp8 0.250 -> 0.231-0.236, q4_0 0.304-0.308 -> 0.279. */
 #define FA_KVD_QK_DIM(h, t) (16 * (h) + 4 * (t))
+/* The first of the 4 dims that lane t holds of q.k's k-step ks (a word of 4 codes): staged rows'
+ * (each k-step in one 32-dim block, as above), or direct loads' (fa_kvd_fetch_k: word ks % 4 of
+ * the lane's 16-byte load ks / 4 of its row, at byte 64 (ks / 4) + 16t, so that each load's 4
+ * lanes read 64 bytes of a row in a row). */
+#define FA_KVD_Q_DIM(ks, t, direct)                                                            \
+    ((direct) ? (ks) / 4 * 64 + 16 * (t) + 4 * ((ks) % 4) : (ks) / 2 * 32 + FA_KVD_QK_DIM((ks) % 2, t))
+/* The dim that o's m-tile mt holds in row g (e < 2) or g + 8 (e >= 2): m-tile 2b + h comes from
+ * word b of the 4-byte words lane g reads of each V row (dims 32b + 4g staged, D/8 g + 4b
+ * direct), bytes 2h (row g) and 2h + 1 (row g + 8). */
+#define FA_KVD_O_DIM(mt, g, e, direct)                                                         \
+    (((direct) ? (g) * (FA_D / 8) + (mt) / 2 * 4 : (mt) / 2 * 32 + 4 * (g)) + 2 * ((mt) % 2) + (e) / 2)
 /* Bytes a staged row: its 16-byte pieces (FA_KVD_PIECES); at D64 and D128 20 and 44 words,
  * which put the reads above in distinct banks. D256 keeps 288 bytes (72 words: 2 lanes a
  * bank): 304 (76 words, 2 KiB more local memory a group) ran int8 7% slower than the old
@@ -104,6 +132,12 @@ FCL_INLINE uint fa_kvd_word(__local const uchar *row, uint at)
 FCL_INLINE int fa_kvd_signed(uint format)
 {
     return format == FCL_KV_INT8 || format == FCL_KV_Q8_0 || format == FCL_KV_IQ4_NL;
+}
+
+/* A word of 4 codes as loaded (direct loads) as fa_kvd_codes gives it (signed bytes plus 128). */
+FCL_INLINE uint fa_kvd_biased(uint x, uint format)
+{
+    return fa_kvd_signed(format) ? x ^ 0x80808080u : x;
 }
 
 /* Codes `upper` (0: bytes 0 and 1 of x, fa_kvd_codes' word; 1: bytes 2 and 3) as an f16 pair,
@@ -212,6 +246,14 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
         call(FCL_KV_FP8_E4M3);                                                                 \
     else                                                                                       \
         call(FCL_KV_FP8_E5M2)
+/* ... and for the direct loads' formats (fa_kvd_fetch_k, fa_kvd_fetch_v) */
+#define FA_KVD_BY_8BIT(f, call)                                                                \
+    if ((f) == FCL_KV_INT8)                                                                    \
+        call(FCL_KV_INT8);                                                                     \
+    else if ((f) == FCL_KV_FP8_E4M3)                                                           \
+        call(FCL_KV_FP8_E4M3);                                                                 \
+    else                                                                                       \
+        call(FCL_KV_FP8_E5M2)
 #endif /* FA_KVD_HELPERS */
 
 /* Copies chunk kb's K and V rows into k_dst and v_dst in 16-byte pieces from the 16-byte
@@ -275,13 +317,13 @@ FCL_INLINE __local const uchar *FCL_CAT(fa_kvd_row, FA_NAME)(__local const uchar
 }
 
 /* The exponent (fa_mma_weight_unit) of the chunk's keys: their largest factor, a key's
- * TOKEN scale (v_sc, or NULL: 1) times its ggml d of any block (one exponent for the whole
- * chunk, so that o takes one change of unit). Lane l reads key l % 16 and half of its blocks
- * (loads apart from fa_kvd_accumulate's, which keep theirs). format: V's, a constant of each
- * call site; every lane takes part. */
+ * TOKEN scale (scale: key l % 16's for lane l, 1 without) times its ggml d of any block (one
+ * exponent for the whole chunk, so that o takes one change of unit). Lane l reads key l % 16
+ * and half of its blocks (loads apart from fa_kvd_accumulate's, which keep theirs). format:
+ * V's, a constant of each call site; every lane takes part. */
 FCL_INLINE int FCL_CAT(fa_kvd_unit, FA_NAME)(__local const uchar *v_rows,
-                                            __local const uchar *v_lead,
-                                            __local const float *v_sc, uint format, uint lane)
+                                            __local const uchar *v_lead, float scale,
+                                            uint format, uint lane)
 {
     const uint key = lane % FA_KVD_KEYS, side = lane / FA_KVD_KEYS;
     __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key);
@@ -292,31 +334,34 @@ FCL_INLINE int FCL_CAT(fa_kvd_unit, FA_NAME)(__local const uchar *v_rows,
         for (uint i = 0; i < FA_KVD_BLOCKS / 2; i++) /* (the buckets' blocks are even) */
             d = fmax(d, fabs(fa_kvd_d(row, format, 2 * i + side)));
     }
-    const float top = fabs(v_sc ? v_sc[key] : 1.0f) * d;
+    const float top = fabs(scale) * d;
     return fa_mma_weight_unit(top);
 }
 
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
  * and + 1 (elements 0, 1; 2 and 3 are rows 8-15's: zero, or with FA_KVD_Q32 the small parts'
- * products, added to them). format: K's, a constant of each call site. ggml's blocks: each
- * block's part times its keys' d, plus (q4_1, q5_1) their m times q_sums[b], row g's sum of q
- * over block b. */
+ * products, added to them). K's codes: kx, direct loads' (fa_kvd_fetch_k), else the staged
+ * rows k_rows'. format: K's, a constant of each call site. ggml's blocks (staged): each
+ * block's part times its keys' d, plus (q4_1, q5_1) their m times q_sums[b], row g's sum of
+ * q over block b. */
 FCL_INLINE void FCL_CAT(fa_kvd_scores, FA_NAME)(float (*s)[4], const uint (*qa)[2],
                                                const uint (*ql)[2], __local const float *q_sums,
+                                               const uint (*kx)[FA_KVD_MT],
                                                __local const uchar *k_rows,
                                                __local const uchar *k_lead, uint format, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
     #pragma unroll
     for (uint nb = 0; nb < 2; nb++) {
-        __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(k_rows, k_lead, nb * 8 + g);
+        __local const uchar *row = kx ? NULL : FCL_CAT(fa_kvd_row, FA_NAME)(k_rows, k_lead, nb * 8 + g);
         s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
         #pragma unroll
         for (uint b = 0; b < FA_KVD_BLOCKS; b++) {
             float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             #pragma unroll
             for (uint h = 0; h < 2; h++) {
-                const uint x = fa_kvd_codes(row, format, b, FA_KVD_QK_DIM(h, t));
+                const uint x = kx ? fa_kvd_biased(kx[nb][2 * b + h], format)
+                                  : fa_kvd_codes(row, format, b, FA_KVD_QK_DIM(h, t));
                 uint b0 = fa_kvd_pair(x, 0, format), b1 = fa_kvd_pair(x, 1, format);
                 /* (the hardware's conversion gives NaN codes as NaN) */
                 if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 && fa_fp8_nonfinite(x, format)) {
@@ -376,12 +421,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float
 
 /* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
  * times V's TOKEN scale (0 stays 0), times unit (o's power of two, fa_kvd_unit), rounded to
- * f16; with FA_KVD_Q32 as two f16 parts, two products. format:
- * V's, a constant of each call site. Returns 0, and adds nothing, where the chunk's V holds a
- * NaN or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
+ * f16; with FA_KVD_Q32 as two f16 parts, two products. V's codes: vx, direct loads'
+ * (fa_kvd_fetch_v; o's dims then FA_KVD_O_DIM's), else the staged rows v_rows'. format: V's,
+ * a constant of each call site. Returns 0, and adds nothing, where the chunk's V holds a NaN
+ * or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
  * take part. */
 FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*pw)[2],
-                                                  float unit, __local const uchar *v_rows,
+                                                  float unit, const uint (*vx)[4],
+                                                  __local const uchar *v_rows,
                                                   __local const uchar *v_lead, uint format,
                                                   uint lane)
 {
@@ -393,8 +440,9 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
         #pragma unroll
         for (uint k = 0; k < 4; k++) {
             const uint key = k / 2 * 8 + 2 * t + k % 2;
-            x[b][k] = fa_kvd_codes(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key), format, b,
-                                   4 * g);
+            x[b][k] = vx ? fa_kvd_biased(vx[b][k], format)
+                         : fa_kvd_codes(FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, key), format, b,
+                                        4 * g);
             bad |= fa_fp8_nonfinite(x[b][k], format);
         }
     if ((format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) && fa_kvd_any(bad))
@@ -441,21 +489,22 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
 
 /* The slow path of a chunk whose V holds NaN or infinite fp8 codes: o += weights times
  * values in float32, each key where its weight is not 0 (so that a key without weight adds
- * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them). */
+ * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them); o's dims as
+ * FA_KVD_O_DIM's for direct loads or not. */
 FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const float (*weights)[FA_KVD_KEYS],
                                                    __local const uchar *v_rows,
                                                    __local const uchar *v_lead, uint format,
-                                                   uint lane)
+                                                   int direct, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
     for (uint k = 0; k < FA_KVD_KEYS; k++) {
-        __local const uchar *row = FCL_CAT(fa_kvd_row, FA_NAME)(v_rows, v_lead, k);
+        __local const uchar *row = v_rows + k * FA_KVD_STRIDE + (v_lead ? v_lead[k] : 0);
         const float w0 = weights[2 * t][k], w1 = weights[2 * t + 1][k];
         #pragma unroll
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
             #pragma unroll
             for (uint e = 0; e < 2; e++) {
-                const uint c = row[(mt / 2) * 32 + 4 * g + 2 * (mt % 2) + e];
+                const uint c = row[FA_KVD_O_DIM(mt, g, 2 * e, direct)];
                 const float x = format == FCL_KV_FP8_E5M2 ? fcl_fp8_e5m2_value(c) : fcl_fp8_e4m3_value(c);
                 o[mt][2 * e] += w0 != 0.0f ? w0 * x : 0.0f;
                 o[mt][2 * e + 1] += w1 != 0.0f ? w1 * x : 0.0f;
@@ -465,37 +514,276 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
 
 /* One chunk's scores for K, and its products with V, of each format (FA_KVD_BY_FORMAT) */
 #define FA_KVD_SCORES(fmt)                                                                     \
-    FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, q_sums[warp][g], k_rows, lead[warp][buf][0], fmt, \
-                                    lane)
-#define FA_KVD_ACCUMULATE(fmt) \
-    fast = FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, fa_mma_pow2(unit), v_rows,               \
-                                               lead[warp][buf][1], fmt, lane)
+    FCL_CAT(fa_kvd_scores, FA_NAME)(s, qa, ql, q_sums, k_direct, k_rows, k_lead, fmt, lane)
+#define FA_KVD_ACCUMULATE(fmt)                                                                 \
+    fast = FCL_CAT(fa_kvd_accumulate, FA_NAME)(o, pw, fa_mma_pow2(unit), v_direct, v_rows,     \
+                                               v_lead, fmt, lane)
 #define FA_KVD_UNIT(fmt)                                                                       \
-    unit = FCL_CAT(fa_kvd_unit, FA_NAME)(v_rows, lead[warp][buf][1],                           \
-                                         v_by_token ? token_sc[warp][buf][1] : 0, fmt, lane)
+    *unit = FCL_CAT(fa_kvd_unit, FA_NAME)(v_rows, v_lead, unit_scale, fmt, lane)
+/* ... of the formats of a call site: direct loads' (8-bit, no blocks) or every one */
+#define FA_KVD_BY_FORMAT_OF(direct, f, call)                                                   \
+    if (direct) {                                                                              \
+        FA_KVD_BY_8BIT(f, call);                                                               \
+    } else {                                                                                   \
+        FA_KVD_BY_FORMAT(f, call);                                                             \
+    }
 
-__kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
-void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
+/* A TOKEN scale of key `key` of the chunk (K's, or V's where v): staged, from the chunk's
+ * scales in local memory (sc); direct, from the lane that looked the row up (scale,
+ * fa_kvd_rows; every lane takes part). */
+FCL_INLINE float FCL_CAT(fa_kvd_scale_of, FA_NAME)(__local const float (*sc)[FA_KVD_KEYS], float scale,
+                                                  int v, uint key, int direct)
 {
-    FA_GATHER_ARGS;
-    /* [warp][chunk][K, V]: the chunk in use and the next; after the loop, the warps' o */
-    __local uchar stage[FA_KVD_W][FA_KVD_S][2][FA_KVD_CHUNK] __attribute__((aligned(16)));
-    __local ulong row_from[FA_KVD_W][32];
-    __local uint row_bytes[FA_KVD_W][32];
-    __local uchar lead[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
-    __local float token_sc[FA_KVD_W][FA_KVD_S][2][FA_KVD_KEYS];
-    __local float q_sums[FA_KVD_W][FA_KVD_ROWS][FA_KVD_BLOCKS]; /* K with m: q over each block */
-    __local float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
-    __local float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
+    return direct ? as_float(fa_mma_shuffle_from(as_uint(scale), v * FA_KVD_KEYS + key)) : sc[v][key];
+}
+
+/* The first half of a warp's chunk, keys kb .. kb + 15: the scores of row g, keys 8 nb + 2t + e
+ * (K's TOKEN scales, q's scale, softcap, the mask: its entry read only for keys before the
+ * split's end and rows of the call; -inf past the split's end), the online softmax
+ * (docs/ALGORITHMS.md) of row g's (m, l) in base 2 (l: this lane's part), and o rescaled:
+ * pw[nb][e] gets row g's weights of those keys times V's TOKEN scales, *unit o's new power of
+ * two (fa_kvd_unit; o holds 2^o_unit times its value). K's codes: k_direct (direct loads,
+ * fa_kvd_fetch_k), else the staged rows k_rows; v_rows: the staged V rows (ggml blocks'
+ * factors for the unit; unused where direct). sc, scale: the TOKEN scales (fa_kvd_scale_of).
+ * c, qk_scale, scale_in_c: the kernel's. */
+FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
+    float (*o)[4], float *m, float *l, int *o_unit, float (*pw)[2], int *unit,
+    const uint (*qa)[2], const uint (*ql)[2], __local const float *q_sums,
+    const uint (*k_direct)[FA_KVD_MT], __local const uchar *k_rows, __local const uchar *k_lead,
+    __local const uchar *v_rows, __local const uchar *v_lead,
+    __local const float (*sc)[FA_KVD_KEYS], float scale, const fa_params *p, const fa_io *io,
+    const fa_work *w, ulong kb, uint fk, uint fv, float c, float qk_scale, int scale_in_c,
+    int direct, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    const ulong qi = w->q0 + g;
+    float s[2][4];
+    FA_KVD_BY_FORMAT_OF(direct, fk, FA_KVD_SCORES);
+
+    const uint keys_in = (uint)min(w->kv_end - kb, (ulong)FA_KVD_KEYS);
+    if (p->flags & FA_FLAG_K_TOKEN_SCALES)
+        #pragma unroll
+        for (uint nb = 0; nb < 2; nb++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++)
+                s[nb][e] *=
+                    FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 0, nb * 8 + 2 * t + e, direct);
+    float x[2][2], top = -INFINITY;
+    if (scale_in_c) {
+        #pragma unroll
+        for (uint nb = 0; nb < 2; nb++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++) {
+                x[nb][e] = nb * 8 + 2 * t + e < keys_in ? s[nb][e] : -INFINITY;
+                top = fmax(top, x[nb][e]);
+            }
+    } else {
+        #pragma unroll
+        for (uint nb = 0; nb < 2; nb++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++) {
+                const uint key = nb * 8 + 2 * t + e;
+                float v = s[nb][e] * qk_scale;
+                if (p->flags & FA_FLAG_SOFTCAP)
+                    v = fa_softcap(p->softcap, v);
+                if (p->flags & FA_MASKS)
+                    v = fa_masked(p, io, w, v, qi, kb + key, 0.0f, key < keys_in && qi < w->s.len_q);
+                x[nb][e] = key < keys_in ? v : -INFINITY;
+                top = fmax(top, x[nb][e]);
+            }
+    }
+    top = fmax(top, fcl_nv_shuffle_xor(top, 1));
+    top = fmax(top, fcl_nv_shuffle_xor(top, 2));
+    const float m_new = fmax(*m, top * c);
+    const float alpha = m_new == -INFINITY ? 1.0f : fa_mma_exp2(*m - m_new);
+    const float under = m_new == -INFINITY ? 0.0f : m_new;
+    *m = m_new;
+    *l *= alpha;
+    #pragma unroll
+    for (uint nb = 0; nb < 2; nb++)
+        #pragma unroll
+        for (uint e = 0; e < 2; e++) {
+            pw[nb][e] = fa_mma_exp2(fma(x[nb][e], c, -under));
+            *l += pw[nb][e];
+        }
+    if (p->flags & FA_FLAG_V_TOKEN_SCALES)
+        #pragma unroll
+        for (uint nb = 0; nb < 2; nb++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++) {
+                const float f =
+                    FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 1, nb * 8 + 2 * t + e, direct);
+                pw[nb][e] = pw[nb][e] == 0.0f ? 0.0f : pw[nb][e] * f;
+            }
+    /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4, times the
+     * change of o's unit where V's factors set one */
+    *unit = 0;
+    if ((p->flags & FA_FLAG_V_TOKEN_SCALES) || (!direct && fa_kvd_blocks(fv))) {
+        const float unit_scale = p->flags & FA_FLAG_V_TOKEN_SCALES
+            ? FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 1, lane % FA_KVD_KEYS, direct)
+            : 1.0f;
+        FA_KVD_BY_FORMAT_OF(direct, fv, FA_KVD_UNIT);
+    }
+    const float change = fa_mma_pow2(*unit - *o_unit);
+    *o_unit = *unit;
+    const float a0 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t)) * change;
+    const float a1 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t + 4)) * change;
+    if (fa_kvd_any(a0 != 1.0f || a1 != 1.0f)) /* in most chunks of a long split, none */
+        #pragma unroll
+        for (uint mt = 0; mt < FA_KVD_MT; mt++) {
+            o[mt][0] *= a0, o[mt][2] *= a0;
+            o[mt][1] *= a1, o[mt][3] *= a1;
+        }
+}
+
+/* The second half: o += p V (pw and unit: fa_kvd_weigh's), or where V's fp8 codes hold a NaN
+ * or an infinity, the slow path (fa_kvd_add_slowly) through slow_w. V's codes: v_direct
+ * (direct loads, fa_kvd_fetch_v; v_rows then where the slow path puts them), else the staged
+ * rows v_rows. */
+FCL_INLINE void FCL_CAT(fa_kvd_add, FA_NAME)(float (*o)[4], const float (*pw)[2], int unit,
+                                            const uint (*v_direct)[4], __local uchar *v_rows,
+                                            __local const uchar *v_lead,
+                                            __local float (*slow_w)[FA_KVD_KEYS], uint fv,
+                                            int direct, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    int fast; /* 0: V's fp8 codes hold a NaN or infinity (FA_KVD_ACCUMULATE sets it) */
+    FA_KVD_BY_FORMAT_OF(direct, fv, FA_KVD_ACCUMULATE);
+    if (!fast) {
+        #pragma unroll
+        for (uint nb = 0; nb < 2; nb++)
+            #pragma unroll
+            for (uint e = 0; e < 2; e++)
+                slow_w[g][nb * 8 + 2 * t + e] = pw[nb][e] * fa_mma_pow2(unit);
+        if (direct) /* V's codes as rows (fa_kvd_fetch_v's dims; fp8's codes need no bias) */
+            #pragma unroll
+            for (uint k = 0; k < 4; k++)
+                #pragma unroll
+                for (uint b = 0; b < FA_KVD_BLOCKS; b++)
+                    *(__local uint *)(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE +
+                                      g * (FA_D / 8) + 4 * b) = v_direct[b][k];
+        fa_kvd_sync_warp();
+        FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w, v_rows, v_lead, fv, direct, lane);
+    }
+}
+
+/* Direct loads (the kernel's _direct build: int8 and fp8, no blocks, rows at multiples of 16
+ * bytes), codes straight from global memory into registers. Each lane looks up one row of
+ * chunk kb (lanes 0-15 K's row lane, 16-31 V's row lane - 16): its start in bytes (*lo, *hi)
+ * and TOKEN scale (*scale; 0 past the split's end, 1 without); rows at or past the split's
+ * end read the split's first row (their weights are 0). The lanes that read a row take its
+ * start by shuffles: the copies' staging (fa_kvd_stage) issued about 330 instructions a chunk
+ * (H200 profile, int8). */
+FCL_INLINE void FCL_CAT(fa_kvd_rows, FA_NAME)(uint *lo, uint *hi, float *scale, const fa_params *p,
+                                             const fa_io *io, const fa_work *w, ulong kb,
+                                             uint lane)
+{
+    const uint r = lane % FA_KVD_KEYS;
+    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
+    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
+    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at);
+    const int by_token = (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES)) != 0;
+    *scale = by_token && live ? fa_kv_row_scale(p, io, &w->s, v, at) : by_token ? 0.0f : 1.0f;
+    *lo = (uint)start, *hi = (uint)(start >> 32);
+}
+
+/* fa_kvd_rows of chunk kb, where it is inside the split, and each lane's row into L2 (its
+ * first and last bytes' lines): the loads of that chunk, a chunk later, then find it there.
+ * Without it, H200, B8 H32/8 D64 at 32K keys, int8 took 0.192 ms against 0.157 (with V
+ * fetched after the scores). */
+FCL_INLINE void FCL_CAT(fa_kvd_ahead, FA_NAME)(uint *lo, uint *hi, float *scale, const fa_params *p,
+                                              const fa_io *io, const fa_work *w, ulong kb,
+                                              uint lane)
+{
+    if (kb >= w->kv_end)
+        return;
+    FCL_CAT(fa_kvd_rows, FA_NAME)(lo, hi, scale, p, io, w, kb, lane);
+    __global const uchar *row =
+        (__global const uchar *)(lane < FA_KVD_KEYS ? io->k : io->v) + (*lo | (ulong)*hi << 32);
+    __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(row));
+    __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(row + FA_D - 1));
+}
+
+/* The start of the row that lane `from` looked up (fa_kvd_rows) in buffer src. */
+FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global const void *src,
+                                                                   uint lo, uint hi, uint from)
+{
+    return (__global const uchar *)src +
+           (fa_mma_shuffle_from(lo, from) | (ulong)fa_mma_shuffle_from(hi, from) << 32);
+}
+
+/* K's codes of the chunk as fa_kvd_weigh takes them: kx[nb][ks] key 8 nb + g's bytes of
+ * k-step ks, 16-byte loads of the row at 64j + 16t (the dims FA_KVD_Q_DIM's). */
+FCL_INLINE void FCL_CAT(fa_kvd_fetch_k, FA_NAME)(uint (*kx)[FA_KVD_MT], uint lo, uint hi,
+                                                const fa_io *io, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint nb = 0; nb < 2; nb++) {
+        __global const uint4 *src =
+            (__global const uint4 *)FCL_CAT(fa_kvd_row_from, FA_NAME)(io->k, lo, hi, nb * 8 + g);
+        #pragma unroll
+        for (uint j = 0; j < FA_D / 64; j++) {
+            const uint4 x = src[4 * j + t];
+            kx[nb][4 * j] = x.x, kx[nb][4 * j + 1] = x.y;
+            kx[nb][4 * j + 2] = x.z, kx[nb][4 * j + 3] = x.w;
+        }
+    }
+}
+
+/* V's codes of the chunk as fa_kvd_add takes them: vx[b][k] bytes D/8 g + 4b .. + 3 of key
+ * k / 2 * 8 + 2t + k % 2 (the dims FA_KVD_O_DIM's), a load of D/8 bytes a key. */
+FCL_INLINE void FCL_CAT(fa_kvd_fetch_v, FA_NAME)(uint (*vx)[4], uint lo, uint hi,
+                                                const fa_io *io, uint lane)
+{
+    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint k = 0; k < 4; k++) {
+        __global const uint *src = (__global const uint *)FCL_CAT(fa_kvd_row_from, FA_NAME)(
+                                       io->v, lo, hi, FA_KVD_KEYS + k / 2 * 8 + 2 * t + k % 2) +
+                                   g * FA_KVD_BLOCKS;
+#if FA_D == 64
+        const uint2 x = *(__global const uint2 *)src;
+        vx[0][k] = x.x, vx[1][k] = x.y;
+#else
+        #pragma unroll
+        for (uint j = 0; j < FA_KVD_BLOCKS / 4; j++) {
+            const uint4 x = ((__global const uint4 *)src)[j];
+            vx[4 * j][k] = x.x, vx[4 * j + 1][k] = x.y, vx[4 * j + 2][k] = x.z, vx[4 * j + 3][k] = x.w;
+        }
+#endif
+    }
+}
+
+/* Both builds' local memory beside their chunks': q's sums over each block (K with m), the slow
+ * path's weights, and the warps' (m, l) at the end. */
+typedef struct {
+    float q_sums[FA_KVD_W][FA_KVD_ROWS][FA_KVD_BLOCKS];
+    float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
+    float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
+} FCL_CAT(fa_kvd_shared_, FA_NAME);
+#define fa_kvd_shared FCL_CAT(fa_kvd_shared_, FA_NAME)
+
+/* The kernel (direct: the _direct build's loads; else the staged copies): q's fragments,
+ * each warp's chunks, and the warps' states merged. stage: the staged chunks ([warp][chunk][K,
+ * V], FA_KVD_CHUNK bytes each), or (direct) a chunk's room a warp for the slow path's V; after
+ * the loop, the warps' o. */
+FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io, int direct,
+                                            __local uchar *stage, __local ulong (*row_from)[32],
+                                            __local uint (*row_bytes)[32],
+                                            __local uchar (*lead)[2][FA_KVD_KEYS],
+                                            __local float (*token_sc)[2][FA_KVD_KEYS],
+                                            __local fa_kvd_shared *sh)
+{
+    __local float (*q_sums)[FA_KVD_ROWS][FA_KVD_BLOCKS] = sh->q_sums;
+    __local float (*slow_w)[FA_KVD_ROWS][FA_KVD_KEYS] = sh->slow_w;
+    __local float (*part_m)[FA_KVD_ROWS] = sh->part_m, (*part_l)[FA_KVD_ROWS] = sh->part_l;
     __local float (*part_o)[FA_KVD_ROWS][FA_D] = (__local float (*)[FA_KVD_ROWS][FA_D])stage;
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint fk = p->format_k, fv = p->format_v;
-    const int k_by_token = (p->flags & FA_FLAG_K_TOKEN_SCALES) != 0;
-    /* P's weights for V carry a power of two where V's factors may be small (fa_kvd_unit) */
-    const int v_by_token = (p->flags & FA_FLAG_V_TOKEN_SCALES) != 0;
-    const int v_units = v_by_token || fa_kvd_blocks(fv);
+#define FA_KVD_STAGED(i, kv) (stage + (((ulong)warp * FA_KVD_S + (i)) * 2 + (kv)) * FA_KVD_CHUNK)
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
         const fa_work w = fa_locate(p, io, step, FA_KVD_ROWS, 1);
@@ -503,9 +791,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             continue; /* the whole group takes the same step: no barrier is skipped by some */
         const ulong qi = w.q0 + g; /* this lane's row of q and of the scores */
 
-        /* q's A fragments: k-step 2b + h holds dims 32b + 16h + 4t .. + 3 of row g (qa, rows
-         * 0-7), and with FA_KVD_Q32 the small parts of row g times 2^e (ql, rows 8-15; else
-         * zeros), q_factor 2^-e (fa_mma_f16_exponent of the row's 4 lanes) */
+        /* q's A fragments: k-step ks holds dims FA_KVD_Q_DIM(ks, t) .. + 3 of row g (qa,
+         * rows 0-7), and with FA_KVD_Q32 the small parts of row g times 2^e (ql, rows 8-15;
+         * else zeros), q_factor 2^-e (fa_mma_f16_exponent of the row's 4 lanes) */
         uint qa[FA_KVD_MT][2], ql[FA_KVD_MT][2];
         float q_factor = 1.0f;
         {
@@ -518,7 +806,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint ks = 0; ks < FA_KVD_MT; ks++)
                 #pragma unroll
                 for (uint i = 0; i < 4; i++) {
-                    x[ks][i] = inside ? q_row[ks / 2 * 32 + FA_KVD_QK_DIM(ks % 2, t) + i] : 0.0f;
+                    x[ks][i] = inside ? q_row[FA_KVD_Q_DIM(ks, t, direct) + i] : 0.0f;
                     top = fmax(top, fabs(x[ks][i]));
                 }
             const int e = fa_mma_f16_exponent(top);
@@ -535,7 +823,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             for (uint ks = 0; ks < FA_KVD_MT; ks++)
                 #pragma unroll
                 for (uint i = 0; i < 2; i++) {
-                    const uint d = ks / 2 * 32 + FA_KVD_QK_DIM(ks % 2, t) + 2 * i;
+                    const uint d = FA_KVD_Q_DIM(ks, t, direct) + 2 * i;
                     qa[ks][i] = inside ? q_row[d] | (uint)q_row[d + 1] << 16 : 0u;
                     ql[ks][i] = 0u;
                 }
@@ -561,13 +849,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         const int scale_in_c = !(p->flags & (FA_FLAG_SOFTCAP | FA_MASKS)) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
         /* scale_in_c: the scores are q.k (times K's TOKEN scales) times c, no softcap or mask.
-         * The loop below then tests the features once a chunk where each took a test a key,
-         * and skips rescaling o where no alpha changes it: H200, B8 H32/8 D128 at 32K keys,
-         * one call, int8 0.242-0.245 -> 0.225 ms, q8_0 0.287-0.296 -> 0.275-0.276, int8 with
-         * TOKEN scales 0.288 -> 0.268, multi-head int8 0.82-0.83 -> 0.75 */
+         * fa_kvd_weigh then tests the features once a chunk where each took a test a key, and
+         * skips rescaling o where no alpha changes it: H200, B8 H32/8 D128 at 32K keys, one
+         * call, int8 0.242-0.245 -> 0.225 ms, q8_0 0.287-0.296 -> 0.275-0.276, int8 with TOKEN
+         * scales 0.288 -> 0.268, multi-head int8 0.82-0.83 -> 0.75 */
 
-        float m = -INFINITY, l = 0.0f; /* row g's, base 2 (l: this lane's part) */
-        int o_unit = 0; /* o holds 2^o_unit times its value (fa_kvd_unit) */
+        float m = -INFINITY, l = 0.0f; /* row g's (fa_kvd_weigh) */
+        int o_unit = 0;
         float o[FA_KVD_MT][4];
         #pragma unroll
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
@@ -575,126 +863,99 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
         const ulong stride = (ulong)FA_KVD_W * FA_KVD_KEYS;
         ulong kb = w.kv_begin + warp * FA_KVD_KEYS;
-        /* chunk i in buffer i % FA_KVD_S, copied FA_KVD_S - 1 chunks ahead */
-        uint buf = 0;
-        #pragma unroll
-        for (uint i = 0; i + 1 < FA_KVD_S; i++) {
-            if (kb + i * stride < w.kv_end)
-                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][i][0], stage[warp][i][1], lead[warp][i],
-                                               token_sc[warp][i], row_from[warp], row_bytes[warp],
-                                               p, io, &w, kb + i * stride, rb_k, rb_v, lane);
-            fa_mma_copies_commit();
-        }
-        for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
-            const ulong ahead = kb + (FA_KVD_S - 1) * stride;
-            const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
-            if (ahead < w.kv_end)
-                FCL_CAT(fa_kvd_stage, FA_NAME)(stage[warp][ahead_buf][0], stage[warp][ahead_buf][1],
-                                               lead[warp][ahead_buf], token_sc[warp][ahead_buf],
-                                               row_from[warp], row_bytes[warp], p, io, &w, ahead,
-                                               rb_k, rb_v, lane);
-            fa_mma_copies_commit();
-#if FA_KVD_S == 3 /* this chunk's bytes are in */
-            fa_kvd_wait_but2();
-#else
-            fa_kvd_wait_but1();
-#endif
-            fa_kvd_sync_warp();
-            __local const uchar *k_rows = stage[warp][buf][0], *v_rows = stage[warp][buf][1];
-
-            float s[2][4];
-            FA_KVD_BY_FORMAT(fk, FA_KVD_SCORES);
-
-            /* scores of row g, keys 8 nb + 2t + e: K's TOKEN scale, q's scale, softcap, the
-             * mask (its entry read only for keys before the split's end and rows of the
-             * call), and -inf past the split's end; then the online softmax
-             * (docs/ALGORITHMS.md) */
-            const uint keys_in = (uint)min(w.kv_end - kb, (ulong)FA_KVD_KEYS);
-            if (k_by_token)
-                #pragma unroll
-                for (uint nb = 0; nb < 2; nb++)
-                    #pragma unroll
-                    for (uint e = 0; e < 2; e++)
-                        s[nb][e] *= token_sc[warp][buf][0][nb * 8 + 2 * t + e];
-            float x[2][2], top = -INFINITY;
-            if (scale_in_c) {
-                #pragma unroll
-                for (uint nb = 0; nb < 2; nb++)
-                    #pragma unroll
-                    for (uint e = 0; e < 2; e++) {
-                        x[nb][e] = nb * 8 + 2 * t + e < keys_in ? s[nb][e] : -INFINITY;
-                        top = fmax(top, x[nb][e]);
-                    }
-            } else {
-                #pragma unroll
-                for (uint nb = 0; nb < 2; nb++)
-                    #pragma unroll
-                    for (uint e = 0; e < 2; e++) {
-                        const uint key = nb * 8 + 2 * t + e;
-                        float v = s[nb][e] * qk_scale;
-                        if (p->flags & FA_FLAG_SOFTCAP)
-                            v = fa_softcap(p->softcap, v);
-                        if (p->flags & FA_MASKS)
-                            v = fa_masked(p, io, &w, v, qi, kb + key, 0.0f,
-                                          key < keys_in && qi < w.s.len_q);
-                        x[nb][e] = key < keys_in ? v : -INFINITY;
-                        top = fmax(top, x[nb][e]);
-                    }
+        if (direct) {
+            /* this chunk's codes in registers, the next one's loads in flight, and the rows of
+             * the one after looked up and fetched into L2 */
+            uint k_next[2][FA_KVD_MT], v_next[FA_KVD_BLOCKS][4], lo = 0, hi = 0;
+            float scale = 0.0f, after_scale = 0.0f;
+            if (kb < w.kv_end) {
+                FCL_CAT(fa_kvd_rows, FA_NAME)(&lo, &hi, &scale, p, io, &w, kb, lane);
+                FCL_CAT(fa_kvd_fetch_k, FA_NAME)(k_next, lo, hi, io, lane);
+                FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
             }
-            top = fmax(top, fcl_nv_shuffle_xor(top, 1));
-            top = fmax(top, fcl_nv_shuffle_xor(top, 2));
-            const float m_new = fmax(m, top * c);
-            const float alpha = m_new == -INFINITY ? 1.0f : fa_mma_exp2(m - m_new);
-            const float under = m_new == -INFINITY ? 0.0f : m_new;
-            m = m_new;
-            float pw[2][2];
-            l *= alpha;
+            FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w, kb + stride, lane);
+            for (; kb < w.kv_end; kb += stride) {
+                uint kx[2][FA_KVD_MT], vx[FA_KVD_BLOCKS][4];
+                #pragma unroll
+                for (uint ks = 0; ks < FA_KVD_MT; ks++)
+                    kx[0][ks] = k_next[0][ks], kx[1][ks] = k_next[1][ks];
+                #pragma unroll
+                for (uint b = 0; b < FA_KVD_BLOCKS; b++)
+                    #pragma unroll
+                    for (uint k = 0; k < 4; k++)
+                        vx[b][k] = v_next[b][k];
+                /* the next chunk's K now, its V now or after the scores (FA_KVD_V_EARLY),
+                 * then the one after's rows into L2 */
+                const float sc_now = scale;
+                const int more = kb + stride < w.kv_end;
+                if (more) {
+                    scale = after_scale;
+                    FCL_CAT(fa_kvd_fetch_k, FA_NAME)(k_next, lo, hi, io, lane);
+                    if (FA_KVD_V_EARLY) {
+                        FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
+                        FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w,
+                                                       kb + 2 * stride, lane);
+                    }
+                }
+                float pw[2][2];
+                int unit;
+                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
+                                               kx, NULL, NULL, NULL, NULL, NULL, sc_now, p, io,
+                                               &w, kb, fk, fv, c, qk_scale, scale_in_c, 1, lane);
+                if (more && !FA_KVD_V_EARLY) {
+                    FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
+                    FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w,
+                                                   kb + 2 * stride, lane);
+                }
+                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, vx, stage + warp * FA_KVD_CHUNK, NULL,
+                                             slow_w[warp], fv, 1, lane);
+                fa_kvd_sync_warp(); /* the slow path's rows are free again */
+            }
+        } else {
+            /* chunk i in buffer i % FA_KVD_S, copied FA_KVD_S - 1 chunks ahead */
+            uint buf = 0;
             #pragma unroll
-            for (uint nb = 0; nb < 2; nb++)
-                #pragma unroll
-                for (uint e = 0; e < 2; e++) {
-                    pw[nb][e] = fa_mma_exp2(fma(x[nb][e], c, -under));
-                    l += pw[nb][e];
-                }
-            if (v_by_token)
-                #pragma unroll
-                for (uint nb = 0; nb < 2; nb++)
-                    #pragma unroll
-                    for (uint e = 0; e < 2; e++) {
-                        const float f = token_sc[warp][buf][1][nb * 8 + 2 * t + e];
-                        pw[nb][e] = pw[nb][e] == 0.0f ? 0.0f : pw[nb][e] * f;
-                    }
-            /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4, times
-             * the change of o's unit where V's factors set one */
-            int unit = 0;
-            if (v_units) {
-                FA_KVD_BY_FORMAT(fv, FA_KVD_UNIT);
+            for (uint i = 0; i + 1 < FA_KVD_S; i++) {
+                if (kb + i * stride < w.kv_end)
+                    FCL_CAT(fa_kvd_stage, FA_NAME)(FA_KVD_STAGED(i, 0), FA_KVD_STAGED(i, 1),
+                                                   lead[warp * FA_KVD_S + i],
+                                                   token_sc[warp * FA_KVD_S + i], row_from[warp],
+                                                   row_bytes[warp], p, io, &w, kb + i * stride,
+                                                   rb_k, rb_v, lane);
+                fa_mma_copies_commit();
             }
-            const float change = fa_mma_pow2(unit - o_unit);
-            o_unit = unit;
-            const float a0 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t)) * change;
-            const float a1 = as_float(fa_mma_shuffle_from(as_uint(alpha), 8 * t + 4)) * change;
-            if (fa_kvd_any(a0 != 1.0f || a1 != 1.0f)) /* in most chunks of a long split, none */
-                #pragma unroll
-                for (uint mt = 0; mt < FA_KVD_MT; mt++) {
-                    o[mt][0] *= a0, o[mt][2] *= a0;
-                    o[mt][1] *= a1, o[mt][3] *= a1;
-                }
-            int fast; /* 0: V's fp8 codes hold a NaN or infinity (FA_KVD_ACCUMULATE sets it) */
-            FA_KVD_BY_FORMAT(fv, FA_KVD_ACCUMULATE);
-            if (!fast) {
-                #pragma unroll
-                for (uint nb = 0; nb < 2; nb++)
-                    #pragma unroll
-                    for (uint e = 0; e < 2; e++)
-                        slow_w[warp][g][nb * 8 + 2 * t + e] = pw[nb][e] * fa_mma_pow2(unit);
+            for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
+                const ulong ahead = kb + (FA_KVD_S - 1) * stride;
+                const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
+                if (ahead < w.kv_end)
+                    FCL_CAT(fa_kvd_stage, FA_NAME)(FA_KVD_STAGED(ahead_buf, 0),
+                                                   FA_KVD_STAGED(ahead_buf, 1),
+                                                   lead[warp * FA_KVD_S + ahead_buf],
+                                                   token_sc[warp * FA_KVD_S + ahead_buf],
+                                                   row_from[warp], row_bytes[warp], p, io, &w,
+                                                   ahead, rb_k, rb_v, lane);
+                fa_mma_copies_commit();
+#if FA_KVD_S == 3 /* this chunk's bytes are in */
+                fa_kvd_wait_but2();
+#else
+                fa_kvd_wait_but1();
+#endif
                 fa_kvd_sync_warp();
-                FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w[warp], v_rows, lead[warp][buf][1], fv,
-                                                    lane);
+                __local uchar *k_rows = FA_KVD_STAGED(buf, 0), *v_rows = FA_KVD_STAGED(buf, 1);
+                __local const uchar *k_lead = lead[warp * FA_KVD_S + buf][0];
+                __local const uchar *v_lead = lead[warp * FA_KVD_S + buf][1];
+                float pw[2][2];
+                int unit;
+                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
+                                               NULL, k_rows, k_lead, v_rows, v_lead,
+                                               token_sc[warp * FA_KVD_S + buf], 1.0f, p, io, &w,
+                                               kb, fk, fv, c, qk_scale, scale_in_c, 0, lane);
+                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, NULL, v_rows, v_lead, slow_w[warp], fv, 0,
+                                             lane);
+                fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
             }
-            fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
+            fa_mma_copies_wait();
         }
-        fa_mma_copies_wait();
 
         /* The warps' states merged: row g's (m, l) from its lanes, o through local memory,
          * then one work-item an element of the rows rescales them to the largest m. */
@@ -707,7 +968,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
             #pragma unroll
             for (uint e = 0; e < 4; e++)
-                part_o[warp][2 * t + e % 2][mt / 2 * 32 + 4 * g + 2 * (mt % 2) + e / 2] =
+                part_o[warp][2 * t + e % 2][FA_KVD_O_DIM(mt, g, e, direct)] =
                     o[mt][e] * fa_mma_pow2(-o_unit);
         barrier(CLK_LOCAL_MEM_FENCE);
         const ulong rows = min((ulong)FA_KVD_ROWS, w.s.len_q - w.q0);
@@ -728,9 +989,44 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's copies overwrite part_o */
     }
+#undef FA_KVD_STAGED
 }
 
+/* The staged build: every format, rows at multiples of 4 bytes. */
+__kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
+void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
+{
+    FA_GATHER_ARGS;
+    __local uchar stage[FA_KVD_W * FA_KVD_S * 2 * FA_KVD_CHUNK] __attribute__((aligned(16)));
+    __local ulong row_from[FA_KVD_W][32];
+    __local uint row_bytes[FA_KVD_W][32];
+    __local uchar lead[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
+    __local float token_sc[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
+    __local fa_kvd_shared sh;
+    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 0, stage, row_from, row_bytes, lead, token_sc, &sh);
+}
+
+#if FA_KVD_DIRECT_BUILT
+/* The direct build (f16 q, head dims up to 128): int8 and fp8 K and V, rows at multiples of
+ * 16 bytes (the planner's kv_direct_takes). room: the warps' o at the end, and a chunk's V
+ * rows a warp for the slow path. */
+__kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
+void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
+{
+    FA_GATHER_ARGS;
+    __local uchar room[FA_KVD_W * FA_KVD_ROWS * FA_D * 4 > FA_KVD_W * FA_KVD_CHUNK
+                           ? FA_KVD_W * FA_KVD_ROWS * FA_D * 4
+                           : FA_KVD_W * FA_KVD_CHUNK] __attribute__((aligned(16)));
+    __local fa_kvd_shared sh;
+    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 1, room, NULL, NULL, NULL, NULL, &sh);
+}
+#endif
+
 #undef FA_KVD_SCORES
+#undef FA_KVD_V_EARLY
+#undef FA_KVD_DIRECT_BUILT
+#undef FA_KVD_BY_FORMAT_OF
+#undef fa_kvd_shared
 #undef FA_KVD_ACCUMULATE
 #undef FA_KVD_UNIT
 #undef FA_KVD_W

@@ -7,7 +7,8 @@
 # chunk's count takes in the code of branches it rarely runs (fp8's non-finite V codes).
 # Needs clang-15 and libclc-15 (Debian), ptxas and cuobjdump (the CUDA toolkit, or PyPI's
 # nvidia-cuda-cuobjdump for the latter) on the PATH.
-# usage: scripts/nv-sass-count.sh BUILD_DIR [d64|d128|d256] [FORMAT ...]   (FORMAT: q8_0, int8, ...)
+# usage: [DIRECT=1] scripts/nv-sass-count.sh BUILD_DIR [d64|d128|d256] [FORMAT ...]
+#   (FORMAT: q8_0, int8, ...; DIRECT=1: the direct build, int8 and fp8 at d64 and d128)
 set -eu
 build=$1
 bucket=${2:-d128}
@@ -17,7 +18,7 @@ libclc=${LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$build/tools/flashcl-source" sm_90-mma "$bucket" > "$tmp/all.cl"
-kernel=attention_kvdec_$bucket
+kernel=attention_kvdec_$bucket${DIRECT:+_direct}
 for format in $formats; do
   constant=FCL_KV_$(echo "$format" | tr '[:lower:]' '[:upper:]')
   # in the f16-q build only: formats as constants, FA_FLAG_KV | FA_FLAG_PARTIAL

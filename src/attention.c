@@ -26,6 +26,15 @@ static int kv_rows_aligned(const fcl_attention_params *p, cl_ulong strides, unsi
     return (strides | fcl_format_row_units(format, dim)) % 4 == 0;
 }
 
+/* Whether every row of K and V (of a coded format) starts at a multiple of 16 bytes, as the
+ * 8-bit decode kernel's direct loads need (the rows' bytes are multiples of 16 where it
+ * takes them). */
+static int kv_rows16(const fcl_attention_params *p)
+{
+    return ((p->k_offset | p->k_batch | p->k_head | p->k_token | p->v_offset | p->v_batch |
+             p->v_head | p->v_token) % 16) == 0;
+}
+
 /* Whether every row of q, k and v starts where the tensor-core kernels' copies need. */
 static int nv_rows_aligned(const fcl_attention_params *p)
 {
@@ -99,7 +108,9 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
         s = plan_nvidia(ctx,
                         fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
                                                     nv_rows_aligned(&run->params),
-                                                    ctx->nv.kv_decode_on, l),
+                                                    ctx->nv.kv_decode_on,
+                                                    ctx->nv.kv_direct_on && kv_rows16(&run->params),
+                                                    l),
                         run, l, &taken);
     if (s != FCL_SUCCESS || taken)
         return s;

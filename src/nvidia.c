@@ -25,6 +25,10 @@ extern const char fcl_cl_attention_decode_kv_nv[];
 extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
+/* Whether the 8-bit decode kernel's program has its direct build (FA_KVD_DIRECT_BUILT in
+ * cl/attention_decode_kv_nv.cl): f16 q, head dims up to 128. */
+static int kv_direct_built(int q32, size_t dim) { return !q32 && dim <= 128; }
+
 /* The kernel name of a build of attention_mma_nv.cl (add_mma_build's arguments) into name. */
 static void mma_kernel_name(char *name, size_t cap, int bucket, int kind, int gqa_rows, int kv,
                             int fixed)
@@ -213,6 +217,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->info.attention_mma = 0;
     ctx->info.softmax_nv_cols = 0;
     ctx->nv.kv_decode_on = tuning->attention_kv_decode;
+    ctx->nv.kv_direct_on = tuning->attention_kv_direct;
     ctx->nv.kv_fixed_on = tuning->attention_kv_fixed;
     ctx->nv.fp8_cvt = fcl_plan_fp8_cvt(ctx->info.nv_compute_capability, tuning);
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
@@ -328,17 +333,23 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
                                  fcl_plan_mma_shape(b, kind, rows, kv).warps * 32, &fits, why,
                                  sizeof why);
     }
-    for (int q32 = 0; q32 <= 1 && s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16; q32++) {
-        snprintf(name, sizeof name, "attention_kvdec%s_d%zu", q32 ? "_q32" : "", dim);
-        s = create_nv_kernel(ctx, u->program, name, &ctx->nv.kv_decode[q32][b],
-                             (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
-    }
+    for (int q32 = 0; q32 <= 1 && s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16; q32++)
+        for (int direct = 0; direct <= kv_direct_built(q32, dim) && s == FCL_SUCCESS && fits;
+             direct++) {
+            snprintf(name, sizeof name, "attention_kvdec%s_d%zu%s", q32 ? "_q32" : "", dim,
+                     direct ? "_direct" : "");
+            s = create_nv_kernel(ctx, u->program, name,
+                                 direct ? &ctx->nv.kv_direct[q32][b] : &ctx->nv.kv_decode[q32][b],
+                                 (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
+        }
     if (s != FCL_SUCCESS || !fits) {
         fcl_release_kernel(&ctx->nv.mma[kv][b][kind]);
         fcl_release_kernel(&ctx->nv.mma_rows[kv][b][kind]);
         if (kv && kind == FCL_MMA_F16)
-            for (int q32 = 0; q32 <= 1; q32++)
+            for (int q32 = 0; q32 <= 1; q32++) {
                 fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
+                fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
+            }
     }
     snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
              kv ? " on K/V formats" : "", dim);
@@ -440,7 +451,8 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
         if (!ctx->nv.mma_unit[kv][b][unit].state)
             s = build_mma(ctx, b, unit, kv);
         if (ctx->nv.mma_unit[kv][b][unit].state == 1)
-            *kernel = l->kv_decode ? ctx->nv.kv_decode[l->mma_kind == FCL_MMA_F16_Q32][b]
+            *kernel = l->kv_decode ? (l->kv_direct ? ctx->nv.kv_direct
+                                                   : ctx->nv.kv_decode)[l->mma_kind == FCL_MMA_F16_Q32][b]
                                    : (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][unit];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
@@ -457,8 +469,10 @@ static void nv_release(fcl_context *ctx)
     fcl_release_unit(&ctx->nv.softmax_unit);
     fcl_release_unit(&ctx->nv.check_unit);
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        fcl_release_kernel(&ctx->nv.kv_decode[0][b]);
-        fcl_release_kernel(&ctx->nv.kv_decode[1][b]);
+        for (int q32 = 0; q32 <= 1; q32++) {
+            fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
+            fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
+        }
         for (int k = 0; k < FCL_MMA_KINDS; k++)
             for (int kv = 0; kv <= 1; kv++) {
                 fcl_release_kernel(&ctx->nv.mma[kv][b][k]);

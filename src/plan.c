@@ -139,6 +139,7 @@ static const struct tune_key {
     {"attention_pv_vec", TUNE_SWITCH, offsetof(fcl_tuning, attention_pv_vec)},
     {"attention_mma", TUNE_SWITCH, offsetof(fcl_tuning, attention_mma)},
     {"attention_kv_decode", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_decode)},
+    {"attention_kv_direct", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_direct)},
     {"attention_kv_fixed", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_fixed)},
     {"attention_fp8_cvt", TUNE_SWITCH, offsetof(fcl_tuning, attention_fp8_cvt)},
     {"softmax_nv", TUNE_SWITCH, offsetof(fcl_tuning, softmax_nv)},
@@ -248,6 +249,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
     t->cache_prefetch = e->cache_prefetch;
     t->attention_mma = 1;
     t->attention_kv_decode = 1;
+    t->attention_kv_direct = 1;
     t->attention_kv_fixed = 1;
     t->attention_fp8_cvt = 1;
     t->softmax_nv = 1;
@@ -950,7 +952,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
 
     launch->bucket = bucket;
     launch->path = path;
-    launch->gqa_rows = launch->kv_decode = launch->kv_fixed = 0;
+    launch->gqa_rows = launch->kv_decode = launch->kv_direct = launch->kv_fixed = 0;
     launch->one_query = one_query;
     /* the coded build (FA_FLAG_KV) decodes every format in its float32 slot */
     launch->dtype_kv = fcl_attention_kv_coded(d) ? FCL_DTYPE_F32 : d->dtype_kv;
@@ -1201,17 +1203,39 @@ static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
            d->head_dim_v == dim && d->len_q <= FA_KVD_ROWS;
 }
 
+/* Whether the 8-bit decode kernel's direct build takes d (its rows aligned): K and V in the
+ * formats it reads (a byte a value, no blocks) and f16 q (the builds there:
+ * cl/attention_decode_kv_nv.cl, FA_KVD_DIRECT_BUILT), at head dim 64, and at 128 where K or
+ * V has TOKEN scales. H200, B8 H32/8 at 32K keys, one call, staged -> direct, ms: D64 int8
+ * 0.161 -> 0.144, fp8 0.163 -> 0.141, int8 with TOKEN scales 0.220 -> 0.169; D128 int8 with
+ * TOKEN scales 0.266 -> 0.245 (B8 H32: 0.912 -> 0.831), but int8 without them 0.212 ->
+ * 0.222, fp8 0.213 both (B8 H32: 0.720 -> 0.757, 0.708 -> 0.730). */
+static int kv_direct_takes(const fcl_attention_desc *d)
+{
+    for (int v = 0; v <= 1; v++) {
+        const fcl_kv_format f = v ? d->format_v : d->format_k;
+        if (f != FCL_KV_INT8 && f != FCL_KV_FP8_E4M3 && f != FCL_KV_FP8_E5M2)
+            return 0;
+    }
+    const int token = d->scale_mode_k == FCL_KV_SCALE_TOKEN || d->scale_mode_v == FCL_KV_SCALE_TOKEN;
+    return d->dtype_q == FCL_DTYPE_F16 && (d->head_dim <= 64 || (d->head_dim <= 128 && token));
+}
+
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
-                                int rows_aligned, int kv_decode, fcl_attention_launch *launch)
+                                int rows_aligned, int kv_decode, int kv_direct,
+                                fcl_attention_launch *launch)
 {
     const int bucket = nvidia_bucket(info, d, rows_aligned);
     if (bucket >= 0 && kv_decode && kv_decode_takes(d, bucket)) { /* coded K and V */
         const size_t warps = FA_KVD_WARPS;
+        const int direct = kv_direct && kv_direct_takes(d);
         if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, 1, bucket, FA_KVD_ROWS,
                         warps * FA_KVD_KEYS, warps * 32,
-                        FCL_KV_DECODE_GROUPS_PER_CU(bucket), launch) != FCL_SUCCESS)
+                        FCL_KV_DECODE_GROUPS_PER_CU(bucket),
+                        launch) != FCL_SUCCESS)
             return 0;
         launch->gqa_rows = launch->kv_decode = 1;
+        launch->kv_direct = direct;
         launch->mma_kind = d->dtype_q == FCL_DTYPE_F32 ? FCL_MMA_F16_Q32 : FCL_MMA_F16;
         return 1;
     }

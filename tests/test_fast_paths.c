@@ -549,8 +549,8 @@ static void check_kv_case(fcl_context *portable, fcl_attention_desc d, unsigned 
 }
 
 /* d (3 sequences, 300 keys) on a shuffled paged cache of 16-token pages with lengths 290, 0
- * and 37: int8 K with TOKEN scales paged with it, q8_0 V, on the tensor cores. */
-static void check_kv_paged(fcl_context *portable, fcl_attention_desc d)
+ * and 37: int8 K with TOKEN scales paged with it, V in fv, on the tensor cores. */
+static void check_kv_paged(fcl_context *portable, fcl_attention_desc d, unsigned fv)
 {
     attention_run r = {.d = d};
     static const int32_t lens[3] = {290, 0, 37};
@@ -558,7 +558,7 @@ static void check_kv_paged(fcl_context *portable, fcl_attention_desc d)
     assert_true(d.batch == 3);
     r.d.page_size = 16;
     r.d.len_kv = 300;
-    r.d.format_k = FCL_KV_INT8, r.d.format_v = FCL_KV_Q8_0;
+    r.d.format_k = FCL_KV_INT8, r.d.format_v = (fcl_kv_format)fv;
     attention_paged_inputs(&r, lens, &table);
     kv_recode(&r, KV_FROM_DATA);
     kv_add_scales(&r, 0, FCL_KV_SCALE_TOKEN);
@@ -647,7 +647,7 @@ static void test_mma_kv_matches(void **state)
         fcl_attention_desc window = prefill;
         window.window = 1, window.window_left = 40, window.window_right = 3;
         check_kv_case(portable, window, FCL_KV_Q5_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 0, mma);
-        check_kv_paged(portable, rows);
+        check_kv_paged(portable, rows, FCL_KV_Q8_0);
     }
     fcl_context_destroy(portable);
 }
@@ -699,7 +699,7 @@ static void test_kv_decode_f32_q_matches(void **state)
     check_kv_case(portable, rows128, FCL_KV_Q8_0, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
     check_kv_case(portable, rows, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none, none, 1, mma);
     check_kv_scaled_q(portable, rows128);
-    check_kv_paged(portable, rows);
+    check_kv_paged(portable, rows, FCL_KV_Q8_0);
     check_kv_case(portable, rows128, FCL_KV_IQ4_NL, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
     check_kv_case(portable, rows, FCL_KV_Q8_0, FCL_KV_IQ4_NL, KV_RAW, none, none, 0, mma);
     fcl_context_destroy(portable);
@@ -741,7 +741,7 @@ static void test_mma_kv_f32_q_matches(void **state)
     check_kv_case(portable, hidden, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_FROM_DATA, none, none, 1, mma);
     check_kv_case(portable, hidden, FCL_KV_FP8_E5M2, FCL_KV_FP8_E5M2, KV_FROM_DATA, none, none, 1, mma);
     check_kv_case(portable, split, FCL_KV_Q8_0, FCL_KV_Q5_0, KV_RAW, none, none, 0, mma);
-    check_kv_paged(portable, paged);
+    check_kv_paged(portable, paged, FCL_KV_Q8_0);
     check_kv_scaled_q(portable, prefill);
     fcl_context_destroy(portable);
 }
@@ -911,6 +911,67 @@ static void test_kv_decode_masked(void **state)
     fcl_context_destroy(portable);
 }
 
+/* The 8-bit decode kernel's direct build (f16 q, int8 and fp8 K and V, rows at multiples of
+ * 16 bytes; the planner takes it at head dim 64, and at 128 with TOKEN scales, as every case
+ * there has) against the float64 reference and, switched off (FLASHCL_TUNE=attention_kv_direct=0:
+ * the staged copies), the same calls: head dims 128 and 64 (whose builds fetch V at different
+ * points), HEAD and TOKEN scales, raw bytes, NaN and infinite V codes (the slow path),
+ * softcap and a split, f16 and boolean masks, a shuffled paged cache with lengths 290, 0 and
+ * 37 (int8 K with TOKEN scales), a length that ends inside a chunk. */
+static void test_kv_decode_direct(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context(), *staged = tuned_context("attention_kv_direct=0");
+    const fcl_kv_scale none = FCL_KV_SCALE_NONE;
+    static const struct {
+        size_t dim, len_kv;
+        fcl_kv_format k, v;
+        kv_fill fill;
+        fcl_kv_scale k_mode, v_mode;
+        int nonfinite; /* a NaN (E4M3) or infinite (E5M2) V code (check_kv_case's) */
+        fcl_mask_type mask;
+    } cases[] = {
+        {128, 300, FCL_KV_INT8, FCL_KV_INT8, KV_FROM_DATA, FCL_KV_SCALE_TOKEN,
+         FCL_KV_SCALE_TOKEN, 0, FCL_MASK_NONE},
+        {128, 300, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, KV_RAW, none, FCL_KV_SCALE_TOKEN, 1,
+         FCL_MASK_NONE},
+        {64, 77, FCL_KV_FP8_E5M2, FCL_KV_INT8, KV_FROM_DATA, FCL_KV_SCALE_HEAD,
+         FCL_KV_SCALE_TOKEN, 0, FCL_MASK_ADD_F16},
+        {128, 300, FCL_KV_INT8, FCL_KV_FP8_E5M2, KV_RAW, FCL_KV_SCALE_TOKEN, none,
+         1, FCL_MASK_NONE},
+        {64, 300, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA, none,
+         FCL_KV_SCALE_HEAD, 0, FCL_MASK_BOOL_U8},
+        {64, 300, FCL_KV_FP8_E5M2, FCL_KV_FP8_E5M2, KV_RAW, none, none, 1,
+         FCL_MASK_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = kv_rows};
+        r.d.dtype_q = FCL_DTYPE_F16, r.d.head_dim = cases[i].dim, r.d.len_kv = cases[i].len_kv;
+        r.d.format_k = cases[i].k, r.d.format_v = cases[i].v;
+        r.d.softcap = i % 2 ? 20.0f : 0.0f;
+        attention_contiguous_inputs(&r);
+        kv_recode(&r, cases[i].fill);
+        if (cases[i].k_mode)
+            kv_add_scales(&r, 0, cases[i].k_mode);
+        if (cases[i].v_mode)
+            kv_add_scales(&r, 1, cases[i].v_mode);
+        if (cases[i].nonfinite)
+            ((unsigned char *)r.io.v)[37 * r.d.head_dim + 5] =
+                cases[i].v == FCL_KV_FP8_E4M3 ? 0x7f : 0xfc;
+        if (cases[i].mask)
+            attention_mask(&r, cases[i].mask);
+        check_kv_switched(portable, staged, &r);
+        kv_free_run(&r);
+    }
+    fcl_attention_desc paged = kv_rows;
+    paged.dtype_q = FCL_DTYPE_F16;
+    check_kv_paged(portable, paged, FCL_KV_INT8);
+    paged.head_dim = 64;
+    check_kv_paged(portable, paged, FCL_KV_FP8_E4M3);
+    fcl_context_destroy(staged);
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -1003,6 +1064,7 @@ int main(void)
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_kv_decode_masked),
+        cmocka_unit_test(test_kv_decode_direct),
         cmocka_unit_test(test_mma_kv_fixed_formats),
         cmocka_unit_test(test_kv_v_factor_range),
         cmocka_unit_test(test_fp8_e4m3_conversions),
