@@ -451,9 +451,9 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
         if (!ctx->nv.mma_unit[kv][b][unit].state)
             s = build_mma(ctx, b, unit, kv);
         if (ctx->nv.mma_unit[kv][b][unit].state == 1)
-            *kernel = l->kv_decode ? (l->kv_direct ? ctx->nv.kv_direct
-                                                   : ctx->nv.kv_decode)[l->mma_kind == FCL_MMA_F16_Q32][b]
-                                   : (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][unit];
+            *kernel = !l->kv_decode ? (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][unit]
+                      : (l->kv_direct ? ctx->nv.kv_direct
+                                      : ctx->nv.kv_decode)[l->mma_kind == FCL_MMA_F16_Q32][b];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);

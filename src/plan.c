@@ -604,7 +604,11 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * 32K keys q8_0 0.560 ms, int8 0.518, against f16's 0.677; other counts not measured).
  * Splits for a wave of 4 work-groups of 4 warps where 3 fitted left a second wave of 116: H200,
  * B8 H32/8 q8_0 at 32K keys, 8 splits 0.504 ms, 6 splits 0.397, 24 and 48 0.428 and 0.442;
- * 2 warps with 3 chunks each then 0.379 (12 splits), and B8 H32 1.40 ms (4 warps: 1.79). */
+ * 2 warps with 3 chunks each then 0.379 (12 splits), and B8 H32 1.40 ms (4 warps: 1.79).
+ * Its direct build has little local memory, and its registers hold it to as many (167 at
+ * D128: 3 warps a scheduler, whose register file is 16384). At 178 registers (2 warps a
+ * scheduler, 4 work-groups an SM) it took 0.37 ms with 5 planned and 0.25 with 4, against
+ * 0.22 at 167 with 6. */
 #define FCL_KV_DECODE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 4 : 6)
 /* The portable decode kernel takes one wave only where that leaves this many splits: with
  * 2 (B8 H32 multi-head) it ran up to 1.8x slower than with 8. Measured on NVIDIA alone, so
@@ -1228,14 +1232,12 @@ int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention
     const int bucket = nvidia_bucket(info, d, rows_aligned);
     if (bucket >= 0 && kv_decode && kv_decode_takes(d, bucket)) { /* coded K and V */
         const size_t warps = FA_KVD_WARPS;
-        const int direct = kv_direct && kv_direct_takes(d);
         if (plan_launch(info, d, FCL_ATTENTION_PATH_MMA, 1, bucket, FA_KVD_ROWS,
                         warps * FA_KVD_KEYS, warps * 32,
-                        FCL_KV_DECODE_GROUPS_PER_CU(bucket),
-                        launch) != FCL_SUCCESS)
+                        FCL_KV_DECODE_GROUPS_PER_CU(bucket), launch) != FCL_SUCCESS)
             return 0;
         launch->gqa_rows = launch->kv_decode = 1;
-        launch->kv_direct = direct;
+        launch->kv_direct = kv_direct && kv_direct_takes(d);
         launch->mma_kind = d->dtype_q == FCL_DTYPE_F32 ? FCL_MMA_F16_Q32 : FCL_MMA_F16;
         return 1;
     }
