@@ -689,8 +689,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_rows, FA_NAME)(uint *lo, uint *hi, float *scale, 
 
 /* fa_kvd_rows of chunk kb, where it is inside the split, and each lane's row into L2 (its
  * first and last bytes' lines): the loads of that chunk, a chunk later, then find it there.
- * Without it, H200, B8 H32/8 D64 at 32K keys, int8 took 0.192 ms against 0.157 (with V
- * fetched after the scores). */
+ * Without it, H200, B8 H32/8 D64 at 32K keys, int8 took 0.192 ms against 0.157-0.163 (with
+ * V fetched after the scores). */
 FCL_INLINE void FCL_CAT(fa_kvd_ahead, FA_NAME)(uint *lo, uint *hi, float *scale, const fa_params *p,
                                               const fa_io *io, const fa_work *w, ulong kb,
                                               uint lane)

@@ -607,7 +607,7 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * 2 warps with 3 chunks each then 0.379 (12 splits), and B8 H32 1.40 ms (4 warps: 1.79).
  * Its direct build has little local memory, and its registers hold it to as many (167 at
  * D128: 3 warps a scheduler, whose register file is 16384). At 178 registers (2 warps a
- * scheduler, 4 work-groups an SM) it took 0.37 ms with 5 planned and 0.25 with 4, against
+ * scheduler, 4 work-groups an SM) it took 0.38 ms with 5 planned and 0.25 with 4, against
  * 0.22 at 167 with 6. */
 #define FCL_KV_DECODE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 4 : 6)
 /* The portable decode kernel takes one wave only where that leaves this many splits: with
