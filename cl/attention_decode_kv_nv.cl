@@ -33,12 +33,12 @@
  * P's weights times V's factors (TOKEN scales, ggml's d) are rounded to f16 times a power of
  * two per chunk that puts the largest factor near f16's top (fa_kvd_unit), so that small
  * factors do not put them among f16's subnormals; o carries it until the end.
- * The direct build (FA_KVD_DIRECT_BUILT; the planner takes it for int8 and fp8 K and V whose
- * rows lie at multiples of 16 bytes, src/plan.c's kv_direct_takes) has no staging: each lane
- * loads its words of the next chunk straight into registers (fa_kvd_fetch_k, fa_kvd_fetch_v;
- * q's fragments and o's dims follow their order, FA_KVD_Q_DIM, FA_KVD_O_DIM) and the chunk
- * after is fetched into L2 (fa_kvd_ahead). Both builds run the same chunk functions
- * (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as staged rows.
+ * The direct build (attention_args.h's FA_KVD_DIRECT_BUILT; the planner takes it for int8 and
+ * fp8 K and V whose rows lie at multiples of 16 bytes, src/plan.c's kv_direct_takes) has no
+ * staging: each lane loads its words of the next chunk straight into registers (fa_kvd_fetch_k,
+ * fa_kvd_fetch_v; q's fragments and o's dims follow their order, FA_KVD_Q_DIM, FA_KVD_O_DIM)
+ * and the chunk after is fetched into L2 (fa_kvd_ahead). Both builds run the same chunk
+ * functions (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as staged rows.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
 #ifndef FA_KVD_Q32
@@ -53,10 +53,6 @@
  * with K, 147 and 0.151-0.155 after; at D128 178 registers (2 warps a scheduler, 4 groups
  * an SM: 0.25-0.26 ms) with K, 167 after (3 warps, 6 groups: 0.215-0.219). */
 #define FA_KVD_V_EARLY (FA_D == 64)
-/* Whether this program has the direct build: not for float32 q (its build at D128 needs 208
- * registers, 4 groups an SM: int8 0.33 ms against the staged build's 0.223) nor head dim 256
- * (o alone is 128 registers). src/nvidia.c's kv_direct_built says the same. */
-#define FA_KVD_DIRECT_BUILT (!FA_KVD_Q32 && FA_D <= 128)
 #define FA_KVD_BLOCKS (FA_D / 32)
 #define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
 /* The first of the 4 dims of 32-dim block b that lane t holds (as a word of 4 codes) in k-step
@@ -1006,10 +1002,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 0, stage, row_from, row_bytes, lead, token_sc, &sh);
 }
 
-#if FA_KVD_DIRECT_BUILT
-/* The direct build (f16 q, head dims up to 128): int8 and fp8 K and V, rows at multiples of
- * 16 bytes (the planner's kv_direct_takes). room: the warps' o at the end, and a chunk's V
- * rows a warp for the slow path. */
+/* The direct build (f16 q, head dims up to 128; float32 q's at D128 needed 208 registers, 4
+ * groups an SM, int8 0.33 ms against the staged build's 0.223): int8 and fp8 K and V, rows at
+ * multiples of 16 bytes (the planner's kv_direct_takes). room: the warps' o at the end, and
+ * a chunk's V rows a warp for the slow path. */
+#if FA_KVD_DIRECT_BUILT(FA_KVD_Q32, FA_D)
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
 void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
 {
@@ -1024,7 +1021,6 @@ void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
 
 #undef FA_KVD_SCORES
 #undef FA_KVD_V_EARLY
-#undef FA_KVD_DIRECT_BUILT
 #undef FA_KVD_BY_FORMAT_OF
 #undef fa_kvd_shared
 #undef FA_KVD_ACCUMULATE

@@ -26,23 +26,28 @@ static int kv_rows_aligned(const fcl_attention_params *p, cl_ulong strides, unsi
     return (strides | fcl_format_row_units(format, dim)) % 4 == 0;
 }
 
+/* K's (v 0) or V's view offset and strides or'd: every row of it starts at a multiple of
+ * what divides this. */
+static cl_ulong kv_starts(const fcl_attention_params *p, int v)
+{
+    return v ? p->v_offset | p->v_batch | p->v_head | p->v_token
+             : p->k_offset | p->k_batch | p->k_head | p->k_token;
+}
+
 /* Whether every row of K and V (of a coded format) starts at a multiple of 16 bytes, as the
  * 8-bit decode kernel's direct loads need (the rows' bytes are multiples of 16 where it
  * takes them). */
 static int kv_rows16(const fcl_attention_params *p)
 {
-    return ((p->k_offset | p->k_batch | p->k_head | p->k_token | p->v_offset | p->v_batch |
-             p->v_head | p->v_token) % 16) == 0;
+    return ((kv_starts(p, 0) | kv_starts(p, 1)) % 16) == 0;
 }
 
 /* Whether every row of q, k and v starts where the tensor-core kernels' copies need. */
 static int nv_rows_aligned(const fcl_attention_params *p)
 {
     const cl_ulong q = p->q_offset | p->q_batch | p->q_head | p->q_token;
-    const cl_ulong k = p->k_offset | p->k_batch | p->k_head | p->k_token;
-    const cl_ulong v = p->v_offset | p->v_batch | p->v_head | p->v_token;
-    return q % 8 == 0 && kv_rows_aligned(p, k, p->format_k, p->head_dim) &&
-           kv_rows_aligned(p, v, p->format_v, p->head_dim_v);
+    return q % 8 == 0 && kv_rows_aligned(p, kv_starts(p, 0), p->format_k, p->head_dim) &&
+           kv_rows_aligned(p, kv_starts(p, 1), p->format_v, p->head_dim_v);
 }
 
 /* Whether two launches have the same kernel shape. */

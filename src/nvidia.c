@@ -25,10 +25,6 @@ extern const char fcl_cl_attention_decode_kv_nv[];
 extern const char fcl_cl_common_nv[];
 extern const char fcl_cl_softmax_nv[];
 
-/* Whether the 8-bit decode kernel's program has its direct build (FA_KVD_DIRECT_BUILT in
- * cl/attention_decode_kv_nv.cl): f16 q, head dims up to 128. */
-static int kv_direct_built(int q32, size_t dim) { return !q32 && dim <= 128; }
-
 /* The kernel name of a build of attention_mma_nv.cl (add_mma_build's arguments) into name. */
 static void mma_kernel_name(char *name, size_t cap, int bucket, int kind, int gqa_rows, int kv,
                             int fixed)
@@ -334,7 +330,8 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
                                  sizeof why);
     }
     for (int q32 = 0; q32 <= 1 && s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16; q32++)
-        for (int direct = 0; direct <= kv_direct_built(q32, dim) && s == FCL_SUCCESS && fits;
+        for (int direct = 0; direct < (FA_KVD_DIRECT_BUILT(q32, dim) ? 2 : 1) &&
+                             s == FCL_SUCCESS && fits;
              direct++) {
             snprintf(name, sizeof name, "attention_kvdec%s_d%zu%s", q32 ? "_q32" : "", dim,
                      direct ? "_direct" : "");

@@ -527,23 +527,32 @@ static void check_kv_switched(fcl_context *portable, fcl_context *switched, atte
         check_attention_run_on(switched, r);
 }
 
-/* One K/V-format case of d on both contexts: K and V in fk and fv (built by fill), scaled as
- * d says or (a mode other than NONE) by kv_add_scales, and where nonfinite a NaN code in V (fp8 E4M3) or an infinite one (E5M2) in
- * row 37 of the cache (its key hidden from some queries by causality). */
+/* r's contiguous inputs with K and V in r->d's formats (built by fill), scaled as r->d says
+ * or (a mode other than NONE) by kv_add_scales, and where nonfinite a NaN code in V (fp8
+ * E4M3) or an infinite one (E5M2) in row 37 of the cache (its key hidden from some queries
+ * by causality). */
+static void kv_case_inputs(attention_run *r, kv_fill fill, fcl_kv_scale k_mode,
+                           fcl_kv_scale v_mode, int nonfinite)
+{
+    attention_contiguous_inputs(r);
+    kv_recode(r, fill);
+    if (k_mode)
+        kv_add_scales(r, 0, k_mode);
+    if (v_mode)
+        kv_add_scales(r, 1, v_mode);
+    if (nonfinite)
+        ((unsigned char *)r->io.v)[37 * r->d.head_dim + 5] =
+            r->d.format_v == FCL_KV_FP8_E4M3 ? 0x7f : 0xfc;
+}
+
+/* One K/V-format case of d on both contexts: K and V in fk and fv (kv_case_inputs). */
 static void check_kv_case(fcl_context *portable, fcl_attention_desc d, unsigned fk, unsigned fv,
                           kv_fill fill, fcl_kv_scale k_mode, fcl_kv_scale v_mode, int nonfinite,
                           fcl_attention_path fast_path)
 {
     attention_run r = {.d = d};
     r.d.format_k = (fcl_kv_format)fk, r.d.format_v = (fcl_kv_format)fv;
-    attention_contiguous_inputs(&r);
-    kv_recode(&r, fill);
-    if (k_mode)
-        kv_add_scales(&r, 0, k_mode);
-    if (v_mode)
-        kv_add_scales(&r, 1, v_mode);
-    if (nonfinite)
-        ((unsigned char *)r.io.v)[37 * d.head_dim + 5] = fv == FCL_KV_FP8_E4M3 ? 0x7f : 0xfc;
+    kv_case_inputs(&r, fill, k_mode, v_mode, nonfinite);
     check_kv_both(portable, &r, fast_path);
     kv_free_run(&r);
 }
@@ -928,7 +937,7 @@ static void test_kv_decode_direct(void **state)
         fcl_kv_format k, v;
         kv_fill fill;
         fcl_kv_scale k_mode, v_mode;
-        int nonfinite; /* a NaN (E4M3) or infinite (E5M2) V code (check_kv_case's) */
+        int nonfinite; /* a NaN (E4M3) or infinite (E5M2) V code (kv_case_inputs') */
         fcl_mask_type mask;
     } cases[] = {
         {128, 300, FCL_KV_INT8, FCL_KV_INT8, KV_FROM_DATA, FCL_KV_SCALE_TOKEN,
@@ -949,15 +958,7 @@ static void test_kv_decode_direct(void **state)
         r.d.dtype_q = FCL_DTYPE_F16, r.d.head_dim = cases[i].dim, r.d.len_kv = cases[i].len_kv;
         r.d.format_k = cases[i].k, r.d.format_v = cases[i].v;
         r.d.softcap = i % 2 ? 20.0f : 0.0f;
-        attention_contiguous_inputs(&r);
-        kv_recode(&r, cases[i].fill);
-        if (cases[i].k_mode)
-            kv_add_scales(&r, 0, cases[i].k_mode);
-        if (cases[i].v_mode)
-            kv_add_scales(&r, 1, cases[i].v_mode);
-        if (cases[i].nonfinite)
-            ((unsigned char *)r.io.v)[37 * r.d.head_dim + 5] =
-                cases[i].v == FCL_KV_FP8_E4M3 ? 0x7f : 0xfc;
+        kv_case_inputs(&r, cases[i].fill, cases[i].k_mode, cases[i].v_mode, cases[i].nonfinite);
         if (cases[i].mask)
             attention_mask(&r, cases[i].mask);
         check_kv_switched(portable, staged, &r);
