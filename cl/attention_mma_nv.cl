@@ -181,6 +181,14 @@ FCL_INLINE uint fa_raw_word(__local const uchar *row, uint at)
     __local const ushort *h = (__local const ushort *)(row + at);
     return h[0] | (uint)h[1] << 16;
 }
+/* The 8 bytes at b as two words, in one load: b a multiple of 8, as int8's and fp8's codes
+ * from a column that is, in a staged row (theirs start at multiples of 8: head_dim bytes or
+ * FA_D apart). */
+FCL_INLINE void fa_raw_8(uint *w, __local const uchar *b)
+{
+    const uint2 x = *(__local const uint2 *)b;
+    w[0] = x.x, w[1] = x.y;
+}
 FCL_INLINE float fa_raw_half(__local const uchar *row, uint at)
 {
     return vload_half(0, (__local const half *)(row + at));
@@ -345,10 +353,13 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
     int ok = 1;
     *d = 1.0f, *m = 0.0f;
     if (format == FCL_KV_INT8 || format == FCL_KV_Q8_0) {
-        __local const uchar *b = format == FCL_KV_Q8_0 ? row + col / 32 * 34 + 2 + i : row + col;
-        w[0] = fa_raw_word(b, 0), w[1] = fa_raw_word(b, 4);
-        if (format == FCL_KV_Q8_0)
-            *d = fa_raw_half(b - 2 - i, 0);
+        if (format == FCL_KV_Q8_0) {
+            __local const uchar *b = row + col / 32 * 34;
+            w[0] = fa_raw_word(b, 2 + i), w[1] = fa_raw_word(b, 6 + i);
+            *d = fa_raw_half(b, 0);
+        } else {
+            fa_raw_8(w, row + col);
+        }
         #pragma unroll
         for (uint k = 0; k < 4; k++)
             r[k] = fa_f16x2_sub((fa_prmt(w[k / 2], k % 2 ? 0x4342u : 0x4140u) ^ 0x00800080u) |
@@ -356,7 +367,7 @@ FCL_INLINE int fa_kv_codes8_fast_f16(uint4 *out, float *d, float *m, __local con
                                 0x64806480u);
     } else if (format == FCL_KV_FP8_E4M3 || format == FCL_KV_FP8_E5M2) {
         const int e5m2 = format == FCL_KV_FP8_E5M2;
-        w[0] = fa_raw_word(row, col), w[1] = fa_raw_word(row, col + 4);
+        fa_raw_8(w, row + col);
         /* no NaN or infinite code (tested after the conversion, so that a caller's copies
          * stay free of branches) */
         ok = !(fa_fp8_nonfinite(w[0], format) | fa_fp8_nonfinite(w[1], format));
@@ -459,6 +470,12 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * puts the largest factor near f16's top (fa_mma_v_unit), and o with it until the end. */
 #define FA_MMA_KV ((FA_FEATURES >> FA_FLAG_KV_BIT & 1) && !FA_MMA_F32)
 #define FA_MMA_RAW_ROW (FA_D / 32 * 34)
+/* A build for one format's (FA_MMA_FORMAT_K, K's and V's) row bytes at FA_D: the distance of
+ * its staged rows, a multiple of every copy's size (a power of two that divides the bytes of
+ * a row of head_dim <= FA_D values, FA_D a power of two) */
+#define FA_MMA_PITCH_CASE(NAME, name, value, dtype, elems, bytes, roles)                        \
+    +((value) == FA_MMA_FORMAT_K ? FA_D / (elems) * (bytes) : 0)
+#define FA_MMA_FIXED_PITCH (0 FCL_KV_FORMATS(FA_MMA_PITCH_CASE))
 /* Whether the tiles are f16 (the common formats' decoding then takes the format as a
  * constant: fa_mma_decode_tile) */
 #define FA_MMA_F16_TILES FCL_CAT(FA_MMA_V_VALUES, FA_MMA_T)
@@ -551,21 +568,43 @@ FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local FA_MMA_ELEM (*tile)[F
 }
 
 #if FA_MMA_KV
+/* Work-items a row of fa_mma_stage_tile: each looks its row up once and takes every
+ * FA_MMA_STAGERS-th copy of it. */
+#define FA_MMA_STAGERS (FA_MMA_THREADS / FA_MMA_BK)
+#if FA_MMA_THREADS % FA_MMA_BK
+#error "fa_mma_stage_tile gives each row the same number of work-items"
+#endif
+
 /* The bytes of rows [k0, k0 + FA_MMA_BK) of a coded K or V (row t at byte row_at[t] of src,
- * rb bytes) into raw, packed, chunk bytes a copy; rows past end become zeros (which decode
- * to 0 in every format). */
+ * rb bytes) into raw, pitch bytes apart, chunk bytes a copy (a constant where
+ * fa_mma_stage_tile calls it); rows past end become zeros (which decode to 0 in every
+ * format). Their row_at repeats row k0's, so every address read is a row's. */
+FCL_INLINE void FCL_CAT(fa_mma_stage_rows, FA_NAME)(__local uchar *raw, __global const uchar *src,
+                                                   __local const ulong *row_at, ulong k0,
+                                                   ulong end, uint rb, uint pitch, uint chunk)
+{
+    const uint lid = get_local_id(0), row = lid / FA_MMA_STAGERS;
+    const uint bytes = row < end - k0 ? chunk : 0;
+    __global const uchar *from = src + row_at[row];
+    __local uchar *to = raw + row * pitch;
+    for (uint at = lid % FA_MMA_STAGERS * chunk; at < rb; at += FA_MMA_STAGERS * chunk)
+        fa_mma_copy(to + at, from + at, chunk, bytes);
+}
+
+/* ... with the copy's size a constant in each loop (H200, B4 H16 L4096 D128 causal prefill:
+ * a copy took about 58 instructions when each work-item's copies ran over the tile's, with
+ * a division, a row lookup and a size test each, and q8_0's 17 copies a row cost a quarter
+ * of its kernel's instructions). */
 FCL_INLINE void FCL_CAT(fa_mma_stage_tile, FA_NAME)(__local uchar *raw, __global const uchar *src,
                                                    __local const ulong *row_at, ulong k0,
-                                                   ulong end, uint rb, uint chunk)
+                                                   ulong end, uint rb, uint pitch, uint chunk)
 {
-    const uint per_row = rb / chunk;
-    const ulong rows_left = end - k0;
-    for (uint i = get_local_id(0); i < FA_MMA_BK * per_row; i += FA_MMA_THREADS) {
-        const uint row = i / per_row, at = (i - row * per_row) * chunk;
-        const int inside = row < rows_left;
-        __global const uchar *from = inside ? src + row_at[row] + at : src;
-        fa_mma_copy(raw + row * rb + at, from, chunk, inside ? chunk : 0);
-    }
+    if (chunk == 16)
+        FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 16);
+    else if (chunk == 8)
+        FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 8);
+    else
+        FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 4);
 }
 
 /* The staged rows of a coded K or V into tile, 8 columns a work-item at a time (columns
@@ -586,7 +625,7 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(__local ushort (*tile)[F
                                                        __local float (*blk_d)[FA_MMA_BK],
                                                        __local float (*blk_m)[FA_MMA_BK],
                                                        __local const uchar *raw, uint format,
-                                                       uint rb, uint dim, __local uint *bad,
+                                                       uint pitch, uint dim, __local uint *bad,
                                                        int values, __local uint *redo)
 {
 #define FA_MMA_COPIES (FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS) /* a work-item's */
@@ -603,7 +642,7 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(__local ushort (*tile)[F
         d[n] = m[n] = 0.0f;
         if (FA_MMA_COPY_COL(n) < dim)
             fast &= FCL_CAT(fa_kv_codes8_fast, FA_MMA_T)(&codes[n], &d[n], &m[n],
-                                                          raw + FA_MMA_COPY_ROW(n) * rb, format,
+                                                          raw + FA_MMA_COPY_ROW(n) * pitch, format,
                                                           FA_MMA_COPY_COL(n));
     }
     const int with_m = format == FCL_KV_Q4_1 || format == FCL_KV_Q5_1;
@@ -615,7 +654,7 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(__local ushort (*tile)[F
             int finite = 1;
             if (FA_MMA_COPY_COL(n) >= dim)
                 continue;
-            fa_kv_codes8_local(x, &d[n], &m[n], raw + row * rb, format, FA_MMA_COPY_COL(n));
+            fa_kv_codes8_local(x, &d[n], &m[n], raw + row * pitch, format, FA_MMA_COPY_COL(n));
             #pragma unroll
             for (uint e = 0; e < 8; e++) {
                 x[e] = values ? fma(d[n], x[e], m[n]) : x[e];
@@ -665,11 +704,12 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile, FA_NAME)(__local ushort (*tile)[FA_M
                                                     __local float (*blk_d)[FA_MMA_BK],
                                                     __local float (*blk_m)[FA_MMA_BK],
                                                     __local const uchar *raw, uint format,
-                                                    uint rb, uint dim, __local uint *bad,
+                                                    uint pitch, uint dim, __local uint *bad,
                                                     int values, __local uint *redo)
 {
 #define FA_MMA_DECODE_AS(f)                                                                    \
-    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(tile, blk_d, blk_m, raw, f, rb, dim, bad, values, redo)
+    FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(tile, blk_d, blk_m, raw, f, pitch, dim, bad, values,  \
+                                            redo)
 #if FA_MMA_F16_TILES
     switch (format) {
     case FCL_KV_Q8_0: FA_MMA_DECODE_AS(FCL_KV_Q8_0); break;
@@ -857,10 +897,14 @@ FCL_INLINE void FCL_CAT(fa_mma_scores_of, FA_NAME)(float (*s)[FA_MMA_NKEYS][4],
                     FCL_CAT(fa_mma, FA_MMA_T)(part, qf[qp * FA_MMA_MT + mt][ks], b[0], b[1]);
                     FCL_CAT(fa_mma, FA_MMA_T)(part, qf[qp * FA_MMA_MT + mt][ks + 1], b[2], b[3]);
                 }
+                /* (one FFMA a score where there is no m: s += d part compiled to an FFMA
+                 * and an FADD: 6% of q8_0's instructions) */
                 #pragma unroll
                 for (uint e = 0; e < 4; e++)
-                    s[mt][j][e] += fma(e % 2 ? d.y : d.x, part[e],
-                                       (e % 2 ? m.y : m.x) * qsum[2 * mt + e / 2][ks / 2]);
+                    s[mt][j][e] = fma(e % 2 ? d.y : d.x, part[e],
+                                      has_m ? fma(e % 2 ? m.y : m.x, qsum[2 * mt + e / 2][ks / 2],
+                                                  s[mt][j][e])
+                                            : s[mt][j][e]);
             }
         }
 }
@@ -972,7 +1016,7 @@ FCL_INLINE void FCL_CAT(fa_mma_weighed_keys, FA_NAME)(uint (*seen)[2], float (*s
 
 FCL_INLINE void FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(float (*o)[FA_MMA_NDIMS][4],
                                                       uint (*seen)[2], __local const uchar *raw,
-                                                      uint format, uint rb, uint dim,
+                                                      uint format, uint pitch, uint dim,
                                                       __local const uint *bad,
                                                       __local const float *v_sc, int token,
                                                       float unit, uint kw, uint lane)
@@ -985,8 +1029,9 @@ FCL_INLINE void FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(float (*o)[FA_MMA_NDIMS][
         const float scale = (token ? v_sc[key] : 1.0f) * unit;
         #pragma unroll
         for (uint n = 0; n < FA_MMA_NDIMS; n++) {
-            const float2 pair = n * 8 < dim ? fa_kv_pair_local(raw + key * rb, format, n * 8 + 2 * t)
-                                            : (float2)(0.0f);
+            const float2 pair = n * 8 < dim
+                                    ? fa_kv_pair_local(raw + key * pitch, format, n * 8 + 2 * t)
+                                    : (float2)(0.0f);
             const float v[2] = {pair.x, pair.y};
             #pragma unroll
             for (uint r = 0; r < FA_MMA_ROWS; r++)
@@ -1177,16 +1222,18 @@ FCL_INLINE void FCL_CAT(fa_mma_merge_key_warps, FA_NAME)(float *m, float *l,
 /* The copies of rows [k0, k0 + FA_MMA_BK) of K (into k_tile) or V (v_tile) at rows: as they
  * are, or (a coded tensor of a _kv build) their bytes into raw. */
 #if FA_MMA_KV
-#define FA_MMA_FETCH(tile, all, coded, rows, k0, dim, rb, chunk)                                \
+#define FA_MMA_FETCH(tile, all, coded, rows, k0, dim, rb, pitch, chunk)                         \
     do {                                                                                       \
         if (coded)                                                                             \
             FCL_CAT(fa_mma_stage_tile, FA_NAME)(raw, (__global const uchar *)(all), rows, k0,    \
-                                                w.kv_end, rb, chunk);                          \
+                                                w.kv_end, rb, pitch, chunk);                   \
         else                                                                                   \
             FCL_CAT(fa_mma_load_tile, FA_NAME)(tile, all, rows, k0, w.kv_end, dim);             \
     } while (0)
-#define FA_MMA_FETCH_K(rows, k0) FA_MMA_FETCH(k_tile, k_all, coded_k, rows, k0, (uint)p->head_dim, rb_k, chunk_k)
-#define FA_MMA_FETCH_V(rows, k0) FA_MMA_FETCH(v_tile, v_all, coded_v, rows, k0, (uint)p->head_dim_v, rb_v, chunk_v)
+#define FA_MMA_FETCH_K(rows, k0)                                                               \
+    FA_MMA_FETCH(k_tile, k_all, coded_k, rows, k0, (uint)p->head_dim, rb_k, pitch_k, chunk_k)
+#define FA_MMA_FETCH_V(rows, k0)                                                               \
+    FA_MMA_FETCH(v_tile, v_all, coded_v, rows, k0, (uint)p->head_dim_v, rb_v, pitch_v, chunk_v)
 #else
 #define FA_MMA_FETCH_K(rows, k0) FCL_CAT(fa_mma_load_tile, FA_NAME)(k_tile, k_all, rows, k0, w.kv_end, (uint)p->head_dim)
 #define FA_MMA_FETCH_V(rows, k0) FCL_CAT(fa_mma_load_tile, FA_NAME)(v_tile, v_all, rows, k0, w.kv_end, (uint)p->head_dim_v)
@@ -1250,6 +1297,12 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint chunk_k = fa_mma_raw_chunk(p->k_offset, p->k_batch, p->k_head, p->k_token, rb_k);
     const uint chunk_v = fa_mma_raw_chunk(p->v_offset, p->v_batch, p->v_head, p->v_token, rb_v);
+    /* ... and the distance of the staged rows in raw: in a build for one format its rows'
+     * bytes at FA_D, a constant, so that the decoding's addresses fold into its loads (H200,
+     * B4 H16 L4096 causal prefill, ms: D128 int8 2.02 -> 1.94, q8_0 2.80 -> 2.71, q4_0 2.82 ->
+     * 2.67; D64 fp8 1.28 -> 1.21), else rb_k and rb_v */
+    const uint pitch_k = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : rb_k;
+    const uint pitch_v = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : rb_v;
 #else
     const int coded_k = 0, coded_v = 0;
 #endif
@@ -1333,7 +1386,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
 #if FA_MMA_KV
             if (coded_k) { /* K's bytes into its tile, then raw is free for V's */
-                FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, k_format, rb_k,
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, k_format, pitch_k,
                                                      (uint)p->head_dim, NULL, 0, NULL);
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
@@ -1375,14 +1428,14 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #if FA_MMA_KV
             int v_as_values = 0;
             if (coded_v) {
-                FCL_CAT(fa_mma_decode_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, v_format, rb_v,
+                FCL_CAT(fa_mma_decode_tile, FA_NAME)(v_tile, blk_d, blk_m, raw, v_format, pitch_v,
                                                      (uint)p->head_dim_v, v_values ? NULL : bad,
                                                      v_values, &bad[2]);
                 barrier(CLK_LOCAL_MEM_FENCE);
                 v_as_values = v_values && !bad[2];
                 if (v_values && !v_as_values) { /* a factor too large for f16 values: codes */
                     FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(v_tile, blk_d, blk_m, raw, v_format,
-                                                            rb_v, (uint)p->head_dim_v, bad, 0,
+                                                            pitch_v, (uint)p->head_dim_v, bad, 0,
                                                             NULL); /* (rare: no format switch) */
                     barrier(CLK_LOCAL_MEM_FENCE);
                 }
@@ -1511,7 +1564,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FCL_CAT(fa_mma_accumulate, FA_NAME)(o, s, &v_tile[kw * FA_MMA_WKEYS], lane);
 #if FA_MMA_KV
             if (v_nonfinite) { /* then the next K tile's bytes, which overwrite V's */
-                FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, v_format, rb_v,
+                FCL_CAT(fa_mma_add_nonfinite, FA_NAME)(o, seen, raw, v_format, pitch_v,
                                                        (uint)p->head_dim_v, bad,
                                                        v_sc[at], v_by_token, fa_mma_pow2(unit),
                                                        kw, lane);
@@ -1586,6 +1639,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_EARLY_ROWS
 #undef FA_MMA_KV
 #undef FA_MMA_RAW_ROW
+#undef FA_MMA_PITCH_CASE
+#undef FA_MMA_FIXED_PITCH
+#undef FA_MMA_STAGERS
 #undef FA_MMA_FETCH
 #undef FA_MMA_VALUES
 #undef FA_MMA_F16_TILES
