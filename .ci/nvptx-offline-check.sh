@@ -11,10 +11,10 @@ set -eu
 build=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The self-check, softmax and each head-dim bucket's kernels as programs of their own (the
-# library builds them a few kernels at a time), so that one that needs another's code fails
-# here; their PTX is checked together below.
-for program in check softmax d64 d128 d256; do
+# The self-check, softmax, the 8-bit K/V decode kernels and each head-dim bucket's kernels as
+# programs of their own (the library builds them a few kernels at a time), so that one that
+# needs another's code fails here; their PTX is checked together below.
+for program in check softmax kvdec d64 d128 d256; do
   "$build/tools/flashcl-source" sm_80-mma "$program" > "$tmp/$program.cl"
   if ! clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 \
       -O2 -S -o "$tmp/$program.ptx" "$tmp/$program.cl" 2> "$tmp/log"; then

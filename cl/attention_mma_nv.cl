@@ -444,6 +444,9 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
     fa_mma_tf32(d, a_big, b0_big, b1_big);
 }
 #endif /* FA_MMA_HELPERS */
+/* FA_MMA_HELPERS_ONLY: the helpers above alone, for a program of the 8-bit decode kernel
+ * (cl/attention_decode_kv_nv.cl) without a build of this file's kernel */
+#ifndef FA_MMA_HELPERS_ONLY
 
 #define FA_MMA_ROWS (2 * FA_MMA_MT)    /* query rows a lane holds */
 /* Score x of a lane, x < FA_MMA_SCORES, is element e = x % 4 of 8-key block j = x / 4 % NKEYS
@@ -1647,3 +1650,4 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_F16_TILES
 #undef FA_MMA_FETCH_K
 #undef FA_MMA_FETCH_V
+#endif /* FA_MMA_HELPERS_ONLY */

@@ -17,7 +17,7 @@ formats=${*:-q8_0 q4_0 int8 fp8_e4m3}
 libclc=${LIBCLC:-/usr/lib/clc/nvptx64--nvidiacl.bc}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$build/tools/flashcl-source" sm_90-mma "$bucket" > "$tmp/all.cl"
+"$build/tools/flashcl-source" sm_90-mma kvdec > "$tmp/all.cl"
 kernel=attention_kvdec_$bucket${DIRECT:+_direct}
 for format in $formats; do
   constant=FCL_KV_$(echo "$format" | tr '[:lower:]' '[:upper:]')

@@ -104,8 +104,9 @@ typedef struct fcl_nv_kernels {
     cl_kernel mma[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     cl_kernel mma_rows[2][FCL_MMA_BUCKETS][FCL_MMA_KINDS]; /* GQA builds (gqa_rows) */
     /* ... the 8-bit K/V decode kernel (cl/attention_decode_kv_nv.cl) for f16 q ([0]) and
-     * float32 q ([1]), in the f16 _kv unit, and whether the planner may take it
+     * float32 q ([1]), a unit each, and whether the planner may take it
      * (FLASHCL_TUNE=attention_kv_decode=0: no) */
+    fcl_unit kv_decode_unit[2][FCL_MMA_BUCKETS];
     cl_kernel kv_decode[2][FCL_MMA_BUCKETS];
     int kv_decode_on;
     /* ... its direct build (f16 q, head dims 64 and 128, K and V in int8 or fp8 with rows at
@@ -292,8 +293,16 @@ fcl_status fcl_attention_kernel(fcl_context *ctx, const struct fcl_attention_lau
 void fcl_release_kernels(fcl_context *ctx);
 /* For offline compilers, the source of a program (malloc'd; NULL on a bad override, a
  * program the set does not have, or no memory): a head-dim bucket's kernels in one program
- * (0 up to the buckets), softmax's, the merge's, NVIDIA's self-check, or every kernel. */
-enum { FCL_SOURCE_ALL = -1, FCL_SOURCE_SOFTMAX = -2, FCL_SOURCE_MERGE = -3, FCL_SOURCE_CHECK = -4 };
+ * (0 up to the buckets), softmax's, the merge's, NVIDIA's self-check, NVIDIA's 8-bit K/V
+ * decode kernels (every bucket's, as the library builds them: without the tensor-core
+ * kernel's builds), or every kernel. */
+enum {
+    FCL_SOURCE_ALL = -1,
+    FCL_SOURCE_SOFTMAX = -2,
+    FCL_SOURCE_MERGE = -3,
+    FCL_SOURCE_CHECK = -4,
+    FCL_SOURCE_KV_DECODE = -5
+};
 /* The portable kernels as fcl_build_kernels and the bucket builds would compile them for
  * info's device with the FLASHCL_TUNE overrides tune. */
 char *fcl_kernel_source(const fcl_device_info *info, const char *tune, int program);

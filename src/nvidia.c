@@ -72,6 +72,7 @@ typedef struct nv_parts {
     /* bit i: the kind's prefill build for K and V in fcl_mma_fixed_formats[i] */
     unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
+    unsigned kv_decode[FCL_MMA_BUCKETS]; /* bit q32: the 8-bit K/V decode kernel's builds */
 } nv_parts;
 
 /* The parts every NVIDIA program of ctx shares (how E4M3 codes convert), to which each
@@ -86,7 +87,7 @@ static char *mma_source(const nv_parts *p)
     fcl_text t = {0};
     int attention = 0;
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b];
+        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b] || p->kv_decode[b];
         for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
             attention |= p->mma_fixed[b][kind] != 0;
     }
@@ -97,24 +98,37 @@ static char *mma_source(const nv_parts *p)
     if (attention)
         fcl_text_add(&t, "#line 1 \"attention_args.h\"\n%s\n#line 1 \"attention_common.cl\"\n%s\n",
                      fcl_cl_attention_args, fcl_cl_attention_common);
+    int mma_helpers = 0; /* whether a build of attention_mma_nv.cl brought its helpers in */
     for (int kv = 0; kv <= 1; kv++)
         for (int b = 0; b < FCL_MMA_BUCKETS; b++)
             for (int rows = 0; rows <= 1; rows++) /* prefill, and the GQA builds (gqa_rows) */
                 for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
-                    if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv))
+                    if (((p->mma[kv][b] >> kind) & 1) && fcl_plan_mma_built(b, kind, rows, kv)) {
                         add_mma_build(&t, b, kind, rows, kv, 0);
+                        mma_helpers = 1;
+                    }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
             for (int i = 0; i < FCL_MMA_FIXED; i++)
-                if ((p->mma_fixed[b][kind] >> i) & 1)
+                if ((p->mma_fixed[b][kind] >> i) & 1) {
                     add_mma_build(&t, b, kind, 0, 1, i + 1);
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++) /* the 8-bit K/V decode kernels, with f16's _kv */
-        for (int q32 = 0; q32 <= 1 && ((p->mma[1][b] >> FCL_MMA_F16) & 1); q32++)
+                    mma_helpers = 1;
+                }
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
+        for (int q32 = 0; q32 <= 1; q32++) {
+            if (!((p->kv_decode[b] >> q32) & 1))
+                continue;
+            if (!mma_helpers) /* the 8-bit decode kernel uses attention_mma_nv.cl's helpers */
+                fcl_text_add(&t, "#define FA_MMA_HELPERS_ONLY 1\n"
+                                 "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_MMA_HELPERS_ONLY\n",
+                             fcl_cl_attention_mma_nv);
+            mma_helpers = 1;
             fcl_text_add(&t, "#define FA_NAME kvdec%s_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
                              "#define FA_KVD_Q32 %d\n#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
                              "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
                          q32 ? "_q32" : "", fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b),
                          FA_FEATURES_KV, q32, fcl_cl_attention_decode_kv_nv);
+        }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if ((p->decode[b] >> v) & 1)
@@ -329,24 +343,9 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
                                  fcl_plan_mma_shape(b, kind, rows, kv).warps * 32, &fits, why,
                                  sizeof why);
     }
-    for (int q32 = 0; q32 <= 1 && s == FCL_SUCCESS && fits && kv && kind == FCL_MMA_F16; q32++)
-        for (int direct = 0; direct < (FA_KVD_DIRECT_BUILT(q32, dim) ? 2 : 1) &&
-                             s == FCL_SUCCESS && fits;
-             direct++) {
-            snprintf(name, sizeof name, "attention_kvdec%s_d%zu%s", q32 ? "_q32" : "", dim,
-                     direct ? "_direct" : "");
-            s = create_nv_kernel(ctx, u->program, name,
-                                 direct ? &ctx->nv.kv_direct[q32][b] : &ctx->nv.kv_decode[q32][b],
-                                 (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
-        }
     if (s != FCL_SUCCESS || !fits) {
         fcl_release_kernel(&ctx->nv.mma[kv][b][kind]);
         fcl_release_kernel(&ctx->nv.mma_rows[kv][b][kind]);
-        if (kv && kind == FCL_MMA_F16)
-            for (int q32 = 0; q32 <= 1; q32++) {
-                fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
-                fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
-            }
     }
     snprintf(what, sizeof what, "%s attention%s at head dims up to %zu", fcl_mma_kind_names[kind],
              kv ? " on K/V formats" : "", dim);
@@ -384,6 +383,36 @@ static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
                            "the _kv build");
 }
 
+/* Bucket b's 8-bit K/V decode kernel for f16 q or (q32) float32 q, and its direct build where
+ * there is one: a unit of their own, where they were in the f16 _kv unit, whose prefill and
+ * GQA builds took a first decoding call 46-52 s to compile (H200, B8 H32/8 D128 at 32K keys
+ * over q8_0, int8, fp8; a cold program cache). */
+static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
+{
+    fcl_unit *u = &ctx->nv.kv_decode_unit[q32][b];
+    nv_parts p = context_parts(ctx);
+    p.kv_decode[b] = 1u << q32;
+    char name[48], why[160] = "", what[64];
+    int fits = 1;
+    const size_t dim = fcl_attention_bucket_dim(b);
+    fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
+    const int builds = FA_KVD_DIRECT_BUILT(q32, dim) ? 2 : 1; /* staged, and direct */
+    for (int direct = 0; direct < builds && s == FCL_SUCCESS && fits; direct++) {
+        snprintf(name, sizeof name, "attention_kvdec%s_d%zu%s", q32 ? "_q32" : "", dim,
+                 direct ? "_direct" : "");
+        s = create_nv_kernel(ctx, u->program, name,
+                             direct ? &ctx->nv.kv_direct[q32][b] : &ctx->nv.kv_decode[q32][b],
+                             (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
+    }
+    if (s != FCL_SUCCESS || !fits) {
+        fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
+        fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
+    }
+    snprintf(what, sizeof what, "%s decoding on 8-bit K/V at head dims up to %zu",
+             q32 ? "float32-q" : "f16-q", dim);
+    return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
+}
+
 /* Bucket b's shuffle decode kernel of feature set v. */
 static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
 {
@@ -407,9 +436,12 @@ static char *nv_source(int program, unsigned cc)
                   .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX,
                   .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL)};
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        if (program == FCL_SOURCE_ALL || program == b) {
+        if (program == FCL_SOURCE_KV_DECODE)
+            p.kv_decode[b] = 3u; /* f16 q and float32 q */
+        else if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
             p.mma_fixed[b][FCL_MMA_F16] = 1u; /* one build for a pair of formats: q8_0's */
+            p.kv_decode[b] = program == FCL_SOURCE_ALL ? 3u : 0u;
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
                 p.decode[b] |= (unsigned)nv_decode_built_for(v) << v;
         }
@@ -442,15 +474,18 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
             s = build_mma_fixed(ctx, b, l->mma_kind, i);
         if (ctx->nv.mma_fixed_unit[b][l->mma_kind][i].state == 1)
             *kernel = ctx->nv.mma_fixed[b][l->mma_kind][i];
+    } else if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_decode) {
+        const int q32 = l->mma_kind == FCL_MMA_F16_Q32;
+        if (!ctx->nv.kv_decode_unit[q32][b].state)
+            s = build_kv_decode(ctx, b, q32);
+        if (ctx->nv.kv_decode_unit[q32][b].state == 1)
+            *kernel = (l->kv_direct ? ctx->nv.kv_direct : ctx->nv.kv_decode)[q32][b];
     } else if (l->path == FCL_ATTENTION_PATH_MMA && (v == FCL_ATTENTION_ALL || kv)) {
-        /* the 8-bit decode kernels (mma_kind f16 or f16q32) are in the f16 _kv unit */
-        const int unit = l->kv_decode ? FCL_MMA_F16 : l->mma_kind;
-        if (!ctx->nv.mma_unit[kv][b][unit].state)
-            s = build_mma(ctx, b, unit, kv);
-        if (ctx->nv.mma_unit[kv][b][unit].state == 1)
-            *kernel = !l->kv_decode ? (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][unit]
-                      : (l->kv_direct ? ctx->nv.kv_direct
-                                      : ctx->nv.kv_decode)[l->mma_kind == FCL_MMA_F16_Q32][b];
+        const int kind = l->mma_kind;
+        if (!ctx->nv.mma_unit[kv][b][kind].state)
+            s = build_mma(ctx, b, kind, kv);
+        if (ctx->nv.mma_unit[kv][b][kind].state == 1)
+            *kernel = (l->gqa_rows ? ctx->nv.mma_rows : ctx->nv.mma)[kv][b][kind];
     } else if (l->path == FCL_ATTENTION_PATH_DECODE_NV && nv_decode_built_for(v)) {
         if (!ctx->nv.decode_unit[b][v].state)
             s = build_decode_nv(ctx, b, v);
@@ -469,6 +504,7 @@ static void nv_release(fcl_context *ctx)
         for (int q32 = 0; q32 <= 1; q32++) {
             fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
             fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
+            fcl_release_unit(&ctx->nv.kv_decode_unit[q32][b]);
         }
         for (int k = 0; k < FCL_MMA_KINDS; k++)
             for (int kv = 0; kv <= 1; kv++) {

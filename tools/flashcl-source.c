@@ -28,9 +28,10 @@ static const struct preset {
       .max_work_group_size = 1024, .local_mem_size = 49152, .preferred_vector_width_float = 1}},
 };
 
-/* The program named by `which` ("all", "softmax", "merge", "check": NVIDIA's self-check, or
- * a head-dim bucket's kernels in one program as "d64", "d128", ...; NULL: all) as
- * fcl_kernel_source's number, or FCL_SOURCE_CHECK - 1 where it names none. */
+/* The program named by `which` ("all", "softmax", "merge", "check": NVIDIA's self-check,
+ * "kvdec": NVIDIA's 8-bit K/V decode kernels, or a head-dim bucket's kernels in one program
+ * as "d64", "d128", ...; NULL: all) as fcl_kernel_source's number, or FCL_SOURCE_KV_DECODE - 1
+ * where it names none. */
 static int program_number(const char *which, int buckets)
 {
     static const struct {
@@ -39,7 +40,8 @@ static int program_number(const char *which, int buckets)
     } named[] = {{"all", FCL_SOURCE_ALL},
                  {"softmax", FCL_SOURCE_SOFTMAX},
                  {"merge", FCL_SOURCE_MERGE},
-                 {"check", FCL_SOURCE_CHECK}};
+                 {"check", FCL_SOURCE_CHECK},
+                 {"kvdec", FCL_SOURCE_KV_DECODE}};
     if (!which)
         return FCL_SOURCE_ALL;
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
@@ -51,7 +53,7 @@ static int program_number(const char *which, int buckets)
         if (strcmp(which, name) == 0)
             return b;
     }
-    return FCL_SOURCE_CHECK - 1;
+    return FCL_SOURCE_KV_DECODE - 1;
 }
 
 static int print_source(char *src, const char *what)
@@ -74,7 +76,7 @@ int main(int argc, char **argv)
                                                            : 0;
     if (cc) { /* the NVIDIA programs */
         const int program = program_number(which, FCL_MMA_BUCKETS);
-        if (program >= FCL_SOURCE_CHECK && program != FCL_SOURCE_MERGE)
+        if (program >= FCL_SOURCE_KV_DECODE && program != FCL_SOURCE_MERGE)
             return print_source(fcl_nvidia_path.source(program, cc), "NVIDIA kernels");
     }
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
@@ -88,7 +90,8 @@ int main(int argc, char **argv)
                             what);
     }
     fprintf(stderr, "usage: flashcl-source gfx90a|gfx1030|sm_90 [all|softmax|merge|d64|d128|d256|d576]\n"
-                    "       flashcl-source sm_80-mma|sm_90-mma [all|check|softmax|d64|d128|d256]\n"
+                    "       flashcl-source sm_80-mma|sm_90-mma "
+                    "[all|check|softmax|kvdec|d64|d128|d256]\n"
                     "  one program (a bucket's: every kernel of the bucket), or all in one source\n");
     return 2;
 }
