@@ -435,16 +435,17 @@ static char *nv_source(int program, unsigned cc)
     nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
                   .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX,
                   .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL)};
-    for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        if (program == FCL_SOURCE_KV_DECODE)
-            p.kv_decode[b] = 3u; /* f16 q and float32 q */
-        else if (program == FCL_SOURCE_ALL || program == b) {
+    for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
+        /* the 8-bit decode kernels, f16 q and float32 q: a program of their own, not a bucket's */
+        if (program == FCL_SOURCE_ALL || program == FCL_SOURCE_KV_DECODE)
+            p.kv_decode[b] = 3u;
+        if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
             p.mma_fixed[b][FCL_MMA_F16] = 1u; /* one build for a pair of formats: q8_0's */
-            p.kv_decode[b] = program == FCL_SOURCE_ALL ? 3u : 0u;
             for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
                 p.decode[b] |= (unsigned)nv_decode_built_for(v) << v;
         }
+    }
     if (program >= FCL_MMA_BUCKETS || program == FCL_SOURCE_MERGE)
         return NULL;
     return mma_source(&p);
