@@ -128,9 +128,10 @@
 #define FA_KVD_STAGES(d) ((d) == 256 ? 2 : 3)
 #define FA_KVD_KEYS 16
 #define FA_KVD_ROWS 8
-/* ... whether its program has the direct build (int8 and fp8 codes loaded straight into
- * registers) for float32 q (q32) or f16 q, head dim d: f16 q up to 128 (float32 q's needs
- * 208 registers at 128, o alone 128 at 256) */
+/* ... whether its program has the direct build (int8 and fp8 codes copied to the lanes that
+ * multiply them) for float32 q (q32) or f16 q, head dim d: f16 q up to 128 (float32 q's
+ * needed 208 registers at 128 where the build held a chunk ahead in registers; o alone takes
+ * 128 at 256) */
 #define FA_KVD_DIRECT_BUILT(q32, d) (!(q32) && (d) <= 128)
 
 #endif /* FLASHCL_ATTENTION_ARGS_H */

@@ -34,11 +34,14 @@
  * two per chunk that puts the largest factor near f16's top (fa_kvd_unit), so that small
  * factors do not put them among f16's subnormals; o carries it until the end.
  * The direct build (attention_args.h's FA_KVD_DIRECT_BUILT; the planner takes it for int8 and
- * fp8 K and V whose rows lie at multiples of 16 bytes, src/plan.c's kv_direct_takes) has no
- * staging: each lane loads its words of the next chunk straight into registers (fa_kvd_fetch_k,
- * fa_kvd_fetch_v; q's fragments and o's dims follow their order, FA_KVD_Q_DIM, FA_KVD_O_DIM)
- * and the chunk after is fetched into L2 (fa_kvd_ahead). Both builds run the same chunk
- * functions (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as staged rows.
+ * fp8 K and V whose rows lie at multiples of 16 bytes, src/plan.c's kv_direct_takes) stages no
+ * rows: its copies put each 16 bytes of codes where the lane that multiplies them finds them
+ * (fa_kvd_copy_chunk: a slot a lane and 16 bytes, FA_KVD_S chunks a warp, copied FA_KVD_S - 1
+ * chunks ahead; q's fragments and o's dims follow the slots' order, FA_KVD_Q_DIM,
+ * FA_KVD_O_DIM), and each lane reads its slots into registers in 16-byte loads
+ * (fa_kvd_take_chunk), with no row's lead, size or bounds to take at either end. Both builds
+ * run the same chunk functions (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as
+ * staged rows.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
  * local memory, as attention_decode_nv.cl does. */
 #ifndef FA_KVD_Q32
@@ -46,15 +49,17 @@
 #endif
 #define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
-/* The direct build fetches the next chunk's V with its K (1), or after this chunk's scores
- * (0), so that K's and V's codes of two chunks are not all held at once: the registers
- * decide the work-groups an SM (its register file is 4 parts of 16384, one a scheduler and
- * its warps). H200, B8 H32/8 at 32K keys, int8: at D64 126 registers and 0.138 ms fetched
- * with K, 147 and 0.151-0.155 after; at D128 178 registers (2 warps a scheduler, 4 groups
- * an SM: 0.25-0.26 ms) with K, 167 after (3 warps, 6 groups: 0.215-0.219). */
-#define FA_KVD_V_EARLY (FA_D == 64)
 #define FA_KVD_BLOCKS (FA_D / 32)
 #define FA_KVD_MT (FA_D / 16) /* k-steps of q.k, m-tiles of O^T */
+/* The direct build's 16-byte slots a lane and chunk (fa_kvd_copy_chunk): K's, then V's 4, and
+ * those of ring buffer i (of every warp's FA_KVD_S) in local memory at `ring` */
+#define FA_KVD_K_SLOTS (FA_D / 32)
+#define FA_KVD_SLOTS (FA_KVD_K_SLOTS + 4)
+#define FA_KVD_SLOTS_OF(ring, i) ((__local uint4 (*)[32])((ring) + (ulong)(i) * FA_KVD_SLOTS * 512))
+/* ... where in a V slot lane 4g + t finds its words: 8 lanes of one t (a key's row, copied by
+ * 8 neighbouring lanes) and 8 lanes of a quarter-warp's reads both lie in 8 distinct 16-byte
+ * parts of 128 bytes, so that neither meets a bank twice */
+#define FA_KVD_V_AT(g, t) (8 * (t) + ((g) ^ (2 * (t))))
 /* The first of the 4 dims of 32-dim block b that lane t holds (as a word of 4 codes) in k-step
  * 2b + h of q.k: words t and 4 + t of the block, so that with rows FA_KVD_STRIDE apart the 8
  * keys and 4 lanes of a K read fall in 32 distinct banks (where the rows' leads are the same),
@@ -64,9 +69,9 @@
  * ms, int8 0.257-0.261 -> 0.239-0.241, fp8 0.250 -> 0.231-0.236, q4_0 0.304-0.308 -> 0.279. */
 #define FA_KVD_QK_DIM(h, t) (16 * (h) + 4 * (t))
 /* The first of the 4 dims that lane t holds of q.k's k-step ks (a word of 4 codes): staged rows'
- * (each k-step in one 32-dim block, as above), or direct loads' (fa_kvd_fetch_k: word ks % 4 of
- * the lane's 16-byte load ks / 4 of its row, at byte 64 (ks / 4) + 16t, so that each load's 4
- * lanes read 64 bytes of a row in a row). */
+ * (each k-step in one 32-dim block, as above), or the direct build's (fa_kvd_copy_chunk: word ks % 4
+ * of the lane's 16-byte slot ks / 4 of its row, from byte 64 (ks / 4) + 16t, so that each
+ * copy's 4 lanes read 64 bytes of a row in a row). */
 #define FA_KVD_Q_DIM(ks, t, direct)                                                            \
     ((direct) ? (ks) / 4 * 64 + 16 * (t) + 4 * ((ks) % 4) : (ks) / 2 * 32 + FA_KVD_QK_DIM((ks) % 2, t))
 /* The dim that o's m-tile mt holds in row g (e < 2) or g + 8 (e >= 2): m-tile 2b + h comes from
@@ -130,7 +135,7 @@ FCL_INLINE int fa_kvd_signed(uint format)
     return format == FCL_KV_INT8 || format == FCL_KV_Q8_0 || format == FCL_KV_IQ4_NL;
 }
 
-/* A word of 4 codes as loaded (direct loads) as fa_kvd_codes gives it (signed bytes plus 128). */
+/* A word of 4 codes as copied (direct build) as fa_kvd_codes gives it (signed bytes plus 128). */
 FCL_INLINE uint fa_kvd_biased(uint x, uint format)
 {
     return fa_kvd_signed(format) ? x ^ 0x80808080u : x;
@@ -242,7 +247,7 @@ FCL_INLINE float fa_kvd_m(__local const uchar *row, uint format, uint block)
         call(FCL_KV_FP8_E4M3);                                                                 \
     else                                                                                       \
         call(FCL_KV_FP8_E5M2)
-/* ... and for the direct loads' formats (fa_kvd_fetch_k, fa_kvd_fetch_v) */
+/* ... and for the direct build's formats (a byte a value, no blocks) */
 #define FA_KVD_BY_8BIT(f, call)                                                                \
     if ((f) == FCL_KV_INT8)                                                                    \
         call(FCL_KV_INT8);                                                                     \
@@ -336,7 +341,7 @@ FCL_INLINE int FCL_CAT(fa_kvd_unit, FA_NAME)(__local const uchar *v_rows,
 
 /* q.k of the chunk's 16 keys with this lane's q fragments: s[nb] holds row g's keys 8 nb + 2t
  * and + 1 (elements 0, 1; 2 and 3 are rows 8-15's: zero, or with FA_KVD_Q32 the small parts'
- * products, added to them). K's codes: kx, direct loads' (fa_kvd_fetch_k), else the staged
+ * products, added to them). K's codes: kx, the direct build's (fa_kvd_take_chunk), else the staged
  * rows k_rows'. format: K's, a constant of each call site. ggml's blocks (staged): each
  * block's part times its keys' d, plus (q4_1, q5_1) their m times q_sums[b], row g's sum of
  * q over block b. */
@@ -417,8 +422,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_m, FA_NAME)(float *lo, float *hi, const float
 
 /* o += V^T P^T over the chunk: pw[nb][e] is row g's weight of key 8 nb + 2t + e, already
  * times V's TOKEN scale (0 stays 0), times unit (o's power of two, fa_kvd_unit), rounded to
- * f16; with FA_KVD_Q32 as two f16 parts, two products. V's codes: vx, direct loads'
- * (fa_kvd_fetch_v; o's dims then FA_KVD_O_DIM's), else the staged rows v_rows'. format: V's,
+ * f16; with FA_KVD_Q32 as two f16 parts, two products. V's codes: vx, the direct build's
+ * (fa_kvd_take_chunk; o's dims then FA_KVD_O_DIM's), else the staged rows v_rows'. format: V's,
  * a constant of each call site. Returns 0, and adds nothing, where the chunk's V holds a NaN
  * or infinite fp8 code (the caller takes fa_kvd_add_slowly); every lane of the warp must
  * take part. */
@@ -485,16 +490,22 @@ FCL_INLINE int FCL_CAT(fa_kvd_accumulate, FA_NAME)(float (*o)[4], const float (*
 
 /* The slow path of a chunk whose V holds NaN or infinite fp8 codes: o += weights times
  * values in float32, each key where its weight is not 0 (so that a key without weight adds
- * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them); o's dims as
- * FA_KVD_O_DIM's for direct loads or not. */
+ * no NaN). weights: the warp's [row][key] (pw as fa_kvd_accumulate takes them). V's codes: the
+ * staged rows v_rows, or (direct) the chunk's slots, where the slot of lane 4g + t'
+ * (FA_KVD_V_AT) holds o's dims of row g (FA_KVD_O_DIM's) of the keys k with k % 8 / 2 == t'
+ * (fa_kvd_copy_chunk). */
 FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const float (*weights)[FA_KVD_KEYS],
                                                    __local const uchar *v_rows,
                                                    __local const uchar *v_lead, uint format,
                                                    int direct, uint lane)
 {
     const uint g = lane / 4, t = lane % 4;
+    __local const uint4 (*slot)[32] = (__local const uint4 (*)[32])v_rows;
     for (uint k = 0; k < FA_KVD_KEYS; k++) {
-        __local const uchar *row = v_rows + k * FA_KVD_STRIDE + (v_lead ? v_lead[k] : 0);
+        __local const uchar *row = direct
+            ? (__local const uchar *)&slot[FA_KVD_K_SLOTS + k / 8 * 2 + k % 2][FA_KVD_V_AT(g, k % 8 / 2)] -
+                  g * (FA_D / 8)
+            : v_rows + k * FA_KVD_STRIDE + v_lead[k];
         const float w0 = weights[2 * t][k], w1 = weights[2 * t + 1][k];
         #pragma unroll
         for (uint mt = 0; mt < FA_KVD_MT; mt++)
@@ -516,7 +527,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
                                                v_lead, fmt, lane)
 #define FA_KVD_UNIT(fmt)                                                                       \
     *unit = FCL_CAT(fa_kvd_unit, FA_NAME)(v_rows, v_lead, unit_scale, fmt, lane)
-/* ... of the formats of a call site: direct loads' (8-bit, no blocks) or every one */
+/* ... of the formats of a call site: the direct build's or every one */
 #define FA_KVD_BY_FORMAT_OF(direct, f, call)                                                   \
     if (direct) {                                                                              \
         FA_KVD_BY_8BIT(f, call);                                                               \
@@ -524,30 +535,21 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
         FA_KVD_BY_FORMAT(f, call);                                                             \
     }
 
-/* A TOKEN scale of key `key` of the chunk (K's, or V's where v): staged, from the chunk's
- * scales in local memory (sc); direct, from the lane that looked the row up (scale,
- * fa_kvd_rows; every lane takes part). */
-FCL_INLINE float FCL_CAT(fa_kvd_scale_of, FA_NAME)(__local const float (*sc)[FA_KVD_KEYS], float scale,
-                                                  int v, uint key, int direct)
-{
-    return direct ? as_float(fa_mma_shuffle_from(as_uint(scale), v * FA_KVD_KEYS + key)) : sc[v][key];
-}
-
 /* The first half of a warp's chunk, keys kb .. kb + 15: the scores of row g, keys 8 nb + 2t + e
  * (K's TOKEN scales, q's scale, softcap, the mask: its entry read only for keys before the
  * split's end and rows of the call; -inf past the split's end), the online softmax
  * (docs/ALGORITHMS.md) of row g's (m, l) in base 2 (l: this lane's part), and o rescaled:
  * pw[nb][e] gets row g's weights of those keys times V's TOKEN scales, *unit o's new power of
- * two (fa_kvd_unit; o holds 2^o_unit times its value). K's codes: k_direct (direct loads,
- * fa_kvd_fetch_k), else the staged rows k_rows; v_rows: the staged V rows (ggml blocks'
- * factors for the unit; unused where direct). sc, scale: the TOKEN scales (fa_kvd_scale_of).
+ * two (fa_kvd_unit; o holds 2^o_unit times its value). K's codes: k_direct (the direct build's,
+ * fa_kvd_take_chunk), else the staged rows k_rows; v_rows: the staged V rows (ggml blocks'
+ * factors for the unit; unused where direct). sc: the chunk's TOKEN scales ([0] K's, [1] V's).
  * c, qk_scale, scale_in_c: the kernel's. */
 FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
     float (*o)[4], float *m, float *l, int *o_unit, float (*pw)[2], int *unit,
     const uint (*qa)[2], const uint (*ql)[2], __local const float *q_sums,
     const uint (*k_direct)[FA_KVD_MT], __local const uchar *k_rows, __local const uchar *k_lead,
     __local const uchar *v_rows, __local const uchar *v_lead,
-    __local const float (*sc)[FA_KVD_KEYS], float scale, const fa_params *p, const fa_io *io,
+    __local const float (*sc)[FA_KVD_KEYS], const fa_params *p, const fa_io *io,
     const fa_work *w, ulong kb, uint fk, uint fv, float c, float qk_scale, int scale_in_c,
     int direct, uint lane)
 {
@@ -562,8 +564,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
         for (uint nb = 0; nb < 2; nb++)
             #pragma unroll
             for (uint e = 0; e < 2; e++)
-                s[nb][e] *=
-                    FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 0, nb * 8 + 2 * t + e, direct);
+                s[nb][e] *= sc[0][nb * 8 + 2 * t + e];
     float x[2][2], top = -INFINITY;
     if (scale_in_c) {
         #pragma unroll
@@ -607,17 +608,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
         for (uint nb = 0; nb < 2; nb++)
             #pragma unroll
             for (uint e = 0; e < 2; e++) {
-                const float f =
-                    FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 1, nb * 8 + 2 * t + e, direct);
+                const float f = sc[1][nb * 8 + 2 * t + e];
                 pw[nb][e] = pw[nb][e] == 0.0f ? 0.0f : pw[nb][e] * f;
             }
     /* o's columns are rows 2t and 2t + 1: their alphas from lanes 8t and 8t + 4, times the
      * change of o's unit where V's factors set one */
     *unit = 0;
     if ((p->flags & FA_FLAG_V_TOKEN_SCALES) || (!direct && fa_kvd_blocks(fv))) {
-        const float unit_scale = p->flags & FA_FLAG_V_TOKEN_SCALES
-            ? FCL_CAT(fa_kvd_scale_of, FA_NAME)(sc, scale, 1, lane % FA_KVD_KEYS, direct)
-            : 1.0f;
+        const float unit_scale = p->flags & FA_FLAG_V_TOKEN_SCALES ? sc[1][lane % FA_KVD_KEYS] : 1.0f;
         FA_KVD_BY_FORMAT_OF(direct, fv, FA_KVD_UNIT);
     }
     const float change = fa_mma_pow2(*unit - *o_unit);
@@ -634,10 +632,9 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
 
 /* The second half: o += p V (pw and unit: fa_kvd_weigh's), or where V's fp8 codes hold a NaN
  * or an infinity, the slow path (fa_kvd_add_slowly) through slow_w. V's codes: v_direct
- * (direct loads, fa_kvd_fetch_v; v_rows then where the slow path puts them), else the staged
- * rows v_rows. */
+ * (fa_kvd_take_chunk's; v_rows then the chunk's slots), else the staged rows v_rows. */
 FCL_INLINE void FCL_CAT(fa_kvd_add, FA_NAME)(float (*o)[4], const float (*pw)[2], int unit,
-                                            const uint (*v_direct)[4], __local uchar *v_rows,
+                                            const uint (*v_direct)[4], __local const uchar *v_rows,
                                             __local const uchar *v_lead,
                                             __local float (*slow_w)[FA_KVD_KEYS], uint fv,
                                             int direct, uint lane)
@@ -651,56 +648,12 @@ FCL_INLINE void FCL_CAT(fa_kvd_add, FA_NAME)(float (*o)[4], const float (*pw)[2]
             #pragma unroll
             for (uint e = 0; e < 2; e++)
                 slow_w[g][nb * 8 + 2 * t + e] = pw[nb][e] * fa_mma_pow2(unit);
-        if (direct) /* V's codes as rows (fa_kvd_fetch_v's dims; fp8's codes need no bias) */
-            #pragma unroll
-            for (uint k = 0; k < 4; k++)
-                #pragma unroll
-                for (uint b = 0; b < FA_KVD_BLOCKS; b++)
-                    *(__local uint *)(v_rows + (k / 2 * 8 + 2 * t + k % 2) * FA_KVD_STRIDE +
-                                      g * (FA_D / 8) + 4 * b) = v_direct[b][k];
         fa_kvd_sync_warp();
         FCL_CAT(fa_kvd_add_slowly, FA_NAME)(o, slow_w, v_rows, v_lead, fv, direct, lane);
     }
 }
 
-/* Direct loads (the kernel's _direct build: int8 and fp8, no blocks, rows at multiples of 16
- * bytes), codes straight from global memory into registers. Each lane looks up one row of
- * chunk kb (lanes 0-15 K's row lane, 16-31 V's row lane - 16): its start in bytes (*lo, *hi)
- * and TOKEN scale (*scale; 0 past the split's end, 1 without); rows at or past the split's
- * end read the split's first row (their weights are 0). The lanes that read a row take its
- * start by shuffles: the copies' staging (fa_kvd_stage) issued about 330 instructions a chunk
- * (H200 profile, int8). */
-FCL_INLINE void FCL_CAT(fa_kvd_rows, FA_NAME)(uint *lo, uint *hi, float *scale, const fa_params *p,
-                                             const fa_io *io, const fa_work *w, ulong kb,
-                                             uint lane)
-{
-    const uint r = lane % FA_KVD_KEYS;
-    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
-    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
-    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at);
-    const int by_token = (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES)) != 0;
-    *scale = by_token && live ? fa_kv_row_scale(p, io, &w->s, v, at) : by_token ? 0.0f : 1.0f;
-    *lo = (uint)start, *hi = (uint)(start >> 32);
-}
-
-/* fa_kvd_rows of chunk kb, where it is inside the split, and each lane's row into L2 (its
- * first and last bytes' lines): the loads of that chunk, a chunk later, then find it there.
- * Without it, H200, B8 H32/8 D64 at 32K keys, int8 took 0.192 ms against 0.157-0.163 (with
- * V fetched after the scores). */
-FCL_INLINE void FCL_CAT(fa_kvd_ahead, FA_NAME)(uint *lo, uint *hi, float *scale, const fa_params *p,
-                                              const fa_io *io, const fa_work *w, ulong kb,
-                                              uint lane)
-{
-    if (kb >= w->kv_end)
-        return;
-    FCL_CAT(fa_kvd_rows, FA_NAME)(lo, hi, scale, p, io, w, kb, lane);
-    __global const uchar *row =
-        (__global const uchar *)(lane < FA_KVD_KEYS ? io->k : io->v) + (*lo | (ulong)*hi << 32);
-    __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(row));
-    __asm__ volatile("prefetch.global.L2 [%0];" ::"l"(row + FA_D - 1));
-}
-
-/* The start of the row that lane `from` looked up (fa_kvd_rows) in buffer src. */
+/* The start of the row that lane `from` looked up (fa_kvd_copy_chunk) in buffer src. */
 FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global const void *src,
                                                                    uint lo, uint hi, uint from)
 {
@@ -708,46 +661,93 @@ FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global cons
            (fa_mma_shuffle_from(lo, from) | (ulong)fa_mma_shuffle_from(hi, from) << 32);
 }
 
-/* K's codes of the chunk as fa_kvd_weigh takes them: kx[nb][ks] key 8 nb + g's bytes of
- * k-step ks, 16-byte loads of the row at 64j + 16t (the dims FA_KVD_Q_DIM's). */
-FCL_INLINE void FCL_CAT(fa_kvd_fetch_k, FA_NAME)(uint (*kx)[FA_KVD_MT], uint lo, uint hi,
-                                                const fa_io *io, uint lane)
+/* Chunk kb's codes into the slots of the lanes that multiply them (16 bytes each) by
+ * cp.async: this lane's K, 16-byte pieces of key 8 nb + g at 64 j + 16 t (the dims
+ * FA_KVD_Q_DIM's), each copy's 4 lanes reading 64 bytes of a row in a row; then V's rows, each
+ * read whole by 8 neighbouring lanes, piece p (D/8 bytes at D/8 p) to lane 4p + t of the keys
+ * k / 2 * 8 + 2t + k % 2 (FA_KVD_O_DIM's, at FA_KVD_V_AT). Where each lane copied its own V
+ * words, a copy's 8 lanes of a row were 4 apart, which took each lane's 16 bytes as a sector
+ * of its own and met a bank 8 times (Nsight Compute on the replay, H200, B8 H32/8 D128 at 32K
+ * keys, int8: the L2 at 84% of its throughput). Each lane first looks up one row
+ * (lanes 0-15 K's row lane, 16-31 V's row lane - 16), which the lanes that copy from it take by
+ * shuffles, and writes that row's TOKEN scale to scale[lane] (0 past the split's end, 1
+ * without); rows at or past the split's end read the split's first row (their weights are 0).
+ * Every lane takes part. */
+FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], __local float *scale,
+                                                   const fa_params *p, const fa_io *io,
+                                                   const fa_work *w, ulong kb, uint lane)
 {
-    const uint g = lane / 4, t = lane % 4;
+    const uint g = lane / 4, t = lane % 4, r = lane % FA_KVD_KEYS;
+    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
+    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
+    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at);
+    const uint lo = (uint)start, hi = (uint)(start >> 32);
+    const int by_token = (p->flags & (v ? FA_FLAG_V_TOKEN_SCALES : FA_FLAG_K_TOKEN_SCALES)) != 0;
+    scale[lane] = by_token && live ? fa_kv_row_scale(p, io, &w->s, v, at) : by_token ? 0.0f : 1.0f;
     #pragma unroll
     for (uint nb = 0; nb < 2; nb++) {
-        __global const uint4 *src =
-            (__global const uint4 *)FCL_CAT(fa_kvd_row_from, FA_NAME)(io->k, lo, hi, nb * 8 + g);
+        __global const uchar *row = FCL_CAT(fa_kvd_row_from, FA_NAME)(io->k, lo, hi, nb * 8 + g);
         #pragma unroll
-        for (uint j = 0; j < FA_D / 64; j++) {
-            const uint4 x = src[4 * j + t];
-            kx[nb][4 * j] = x.x, kx[nb][4 * j + 1] = x.y;
-            kx[nb][4 * j + 2] = x.z, kx[nb][4 * j + 3] = x.w;
-        }
+        for (uint j = 0; j < FA_D / 64; j++)
+            fa_mma_copy16(&slot[nb * (FA_D / 64) + j][lane], row + 64 * j + 16 * t, 16);
+    }
+    #pragma unroll
+    for (uint i = 0; i < 4; i++) {
+        const uint piece = lane % 8, key = 4 * i + lane / 8;
+        __global const uchar *row =
+            FCL_CAT(fa_kvd_row_from, FA_NAME)(io->v, lo, hi, FA_KVD_KEYS + key) + piece * (FA_D / 8);
+        __local uint4 *to = &slot[FA_KVD_K_SLOTS + key / 8 * 2 + key % 2][FA_KVD_V_AT(piece, key % 8 / 2)];
+        if (FA_D == 64)
+            fa_mma_copy8(to, row, 8);
+        else
+            fa_mma_copy16(to, row, 16);
     }
 }
 
-/* V's codes of the chunk as fa_kvd_add takes them: vx[b][k] bytes D/8 g + 4b .. + 3 of key
- * k / 2 * 8 + 2t + k % 2 (the dims FA_KVD_O_DIM's), a load of D/8 bytes a key. */
-FCL_INLINE void FCL_CAT(fa_kvd_fetch_v, FA_NAME)(uint (*vx)[4], uint lo, uint hi,
-                                                const fa_io *io, uint lane)
+/* The codes fa_kvd_copy_chunk put in this lane's slots, as fa_kvd_weigh and fa_kvd_add take
+ * them: kx[nb][ks] key 8 nb + g's word of k-step ks, vx[b][k] V's word b of key k. */
+FCL_INLINE void FCL_CAT(fa_kvd_take_chunk, FA_NAME)(uint (*kx)[FA_KVD_MT], uint (*vx)[4],
+                                                   __local const uint4 (*slot)[32], uint lane)
 {
-    const uint g = lane / 4, t = lane % 4;
+    #pragma unroll
+    for (uint nb = 0; nb < 2; nb++)
+        #pragma unroll
+        for (uint j = 0; j < FA_D / 64; j++) {
+            const uint4 x = slot[nb * (FA_D / 64) + j][lane];
+            kx[nb][4 * j] = x.x, kx[nb][4 * j + 1] = x.y;
+            kx[nb][4 * j + 2] = x.z, kx[nb][4 * j + 3] = x.w;
+        }
     #pragma unroll
     for (uint k = 0; k < 4; k++) {
-        __global const uint *src = (__global const uint *)FCL_CAT(fa_kvd_row_from, FA_NAME)(
-                                       io->v, lo, hi, FA_KVD_KEYS + k / 2 * 8 + 2 * t + k % 2) +
-                                   g * FA_KVD_BLOCKS;
-#if FA_D == 64
-        const uint2 x = *(__global const uint2 *)src;
+        const uint4 x = slot[FA_KVD_K_SLOTS + k][FA_KVD_V_AT(lane / 4, lane % 4)];
         vx[0][k] = x.x, vx[1][k] = x.y;
-#else
-        #pragma unroll
-        for (uint j = 0; j < FA_KVD_BLOCKS / 4; j++) {
-            const uint4 x = ((__global const uint4 *)src)[j];
-            vx[4 * j][k] = x.x, vx[4 * j + 1][k] = x.y, vx[4 * j + 2][k] = x.z, vx[4 * j + 3][k] = x.w;
-        }
+#if FA_D > 64
+        vx[2][k] = x.z, vx[3][k] = x.w;
 #endif
+    }
+}
+
+/* Chunk kb's copies into buffer i (of every warp's FA_KVD_S) of stage, where kb is inside the
+ * split: direct, each lane's words into its slots (fa_kvd_copy_chunk); else the rows, staged
+ * (fa_kvd_stage: K's then V's FA_KVD_CHUNK bytes; row_from and row_bytes [warp]'s). */
+FCL_INLINE void FCL_CAT(fa_kvd_fill, FA_NAME)(__local uchar *stage, __local ulong (*row_from)[32],
+                                             __local uint (*row_bytes)[32], uint warp,
+                                             __local uchar (*lead)[2][FA_KVD_KEYS],
+                                             __local float (*token_sc)[2][FA_KVD_KEYS],
+                                             const fa_params *p, const fa_io *io, const fa_work *w,
+                                             ulong kb, uint i, uint rb_k, uint rb_v, int direct,
+                                             uint lane)
+{
+    if (kb >= w->kv_end)
+        return;
+    if (direct) {
+        FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(FA_KVD_SLOTS_OF(stage, i), &token_sc[i][0][0], p, io, w,
+                                            kb, lane);
+    } else {
+        __local uchar *k_dst = stage + (ulong)i * 2 * FA_KVD_CHUNK;
+        FCL_CAT(fa_kvd_stage, FA_NAME)(k_dst, k_dst + FA_KVD_CHUNK, lead[i], token_sc[i],
+                                       row_from[warp], row_bytes[warp], p, io, w, kb, rb_k, rb_v,
+                                       lane);
     }
 }
 
@@ -760,10 +760,11 @@ typedef struct {
 } FCL_CAT(fa_kvd_shared_, FA_NAME);
 #define fa_kvd_shared FCL_CAT(fa_kvd_shared_, FA_NAME)
 
-/* The kernel (direct: the _direct build's loads; else the staged copies): q's fragments,
- * each warp's chunks, and the warps' states merged. stage: the staged chunks ([warp][chunk][K,
- * V], FA_KVD_CHUNK bytes each), or (direct) a chunk's room a warp for the slow path's V; after
- * the loop, the warps' o. */
+/* The kernel (direct: the _direct build's copies; else the staged rows'): q's fragments, each
+ * warp's chunks, and the warps' states merged. stage: the staged chunks ([warp][chunk][K, V],
+ * FA_KVD_CHUNK bytes each), or (direct) the lanes' slots (FA_KVD_SLOTS_OF); after the loop,
+ * the warps' o. token_sc: the chunks' TOKEN scales ([warp][chunk]); row_from, row_bytes and
+ * lead: the staged build's. */
 FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io, int direct,
                                             __local uchar *stage, __local ulong (*row_from)[32],
                                             __local uint (*row_bytes)[32],
@@ -779,7 +780,6 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
     const uint fk = p->format_k, fv = p->format_v;
-#define FA_KVD_STAGED(i, kv) (stage + (((ulong)warp * FA_KVD_S + (i)) * 2 + (kv)) * FA_KVD_CHUNK)
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
         const fa_work w = fa_locate(p, io, step, FA_KVD_ROWS, 1);
@@ -859,99 +859,52 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
 
         const ulong stride = (ulong)FA_KVD_W * FA_KVD_KEYS;
         ulong kb = w.kv_begin + warp * FA_KVD_KEYS;
-        if (direct) {
-            /* this chunk's codes in registers, the next one's loads in flight, and the rows of
-             * the one after looked up and fetched into L2 */
-            uint k_next[2][FA_KVD_MT], v_next[FA_KVD_BLOCKS][4], lo = 0, hi = 0;
-            float scale = 0.0f, after_scale = 0.0f;
-            if (kb < w.kv_end) {
-                FCL_CAT(fa_kvd_rows, FA_NAME)(&lo, &hi, &scale, p, io, &w, kb, lane);
-                FCL_CAT(fa_kvd_fetch_k, FA_NAME)(k_next, lo, hi, io, lane);
-                FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
-            }
-            FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w, kb + stride, lane);
-            for (; kb < w.kv_end; kb += stride) {
-                uint kx[2][FA_KVD_MT], vx[FA_KVD_BLOCKS][4];
-                #pragma unroll
-                for (uint ks = 0; ks < FA_KVD_MT; ks++)
-                    kx[0][ks] = k_next[0][ks], kx[1][ks] = k_next[1][ks];
-                #pragma unroll
-                for (uint b = 0; b < FA_KVD_BLOCKS; b++)
-                    #pragma unroll
-                    for (uint k = 0; k < 4; k++)
-                        vx[b][k] = v_next[b][k];
-                /* the next chunk's K now, its V now or after the scores (FA_KVD_V_EARLY),
-                 * then the one after's rows into L2 */
-                const float sc_now = scale;
-                const int more = kb + stride < w.kv_end;
-                if (more) {
-                    scale = after_scale;
-                    FCL_CAT(fa_kvd_fetch_k, FA_NAME)(k_next, lo, hi, io, lane);
-                    if (FA_KVD_V_EARLY) {
-                        FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
-                        FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w,
-                                                       kb + 2 * stride, lane);
-                    }
-                }
-                float pw[2][2];
-                int unit;
-                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
-                                               kx, NULL, NULL, NULL, NULL, NULL, sc_now, p, io,
-                                               &w, kb, fk, fv, c, qk_scale, scale_in_c, 1, lane);
-                if (more && !FA_KVD_V_EARLY) {
-                    FCL_CAT(fa_kvd_fetch_v, FA_NAME)(v_next, lo, hi, io, lane);
-                    FCL_CAT(fa_kvd_ahead, FA_NAME)(&lo, &hi, &after_scale, p, io, &w,
-                                                   kb + 2 * stride, lane);
-                }
-                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, vx, stage + warp * FA_KVD_CHUNK, NULL,
-                                             slow_w[warp], fv, 1, lane);
-                fa_kvd_sync_warp(); /* the slow path's rows are free again */
-            }
-        } else {
-            /* chunk i in buffer i % FA_KVD_S, copied FA_KVD_S - 1 chunks ahead */
-            uint buf = 0;
-            #pragma unroll
-            for (uint i = 0; i + 1 < FA_KVD_S; i++) {
-                if (kb + i * stride < w.kv_end)
-                    FCL_CAT(fa_kvd_stage, FA_NAME)(FA_KVD_STAGED(i, 0), FA_KVD_STAGED(i, 1),
-                                                   lead[warp * FA_KVD_S + i],
-                                                   token_sc[warp * FA_KVD_S + i], row_from[warp],
-                                                   row_bytes[warp], p, io, &w, kb + i * stride,
-                                                   rb_k, rb_v, lane);
-                fa_mma_copies_commit();
-            }
-            for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
-                const ulong ahead = kb + (FA_KVD_S - 1) * stride;
-                const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
-                if (ahead < w.kv_end)
-                    FCL_CAT(fa_kvd_stage, FA_NAME)(FA_KVD_STAGED(ahead_buf, 0),
-                                                   FA_KVD_STAGED(ahead_buf, 1),
-                                                   lead[warp * FA_KVD_S + ahead_buf],
-                                                   token_sc[warp * FA_KVD_S + ahead_buf],
-                                                   row_from[warp], row_bytes[warp], p, io, &w,
-                                                   ahead, rb_k, rb_v, lane);
-                fa_mma_copies_commit();
-#if FA_KVD_S == 3 /* this chunk's bytes are in */
-                fa_kvd_wait_but2();
-#else
-                fa_kvd_wait_but1();
-#endif
-                fa_kvd_sync_warp();
-                __local uchar *k_rows = FA_KVD_STAGED(buf, 0), *v_rows = FA_KVD_STAGED(buf, 1);
-                __local const uchar *k_lead = lead[warp * FA_KVD_S + buf][0];
-                __local const uchar *v_lead = lead[warp * FA_KVD_S + buf][1];
-                float pw[2][2];
-                int unit;
-                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
-                                               NULL, k_rows, k_lead, v_rows, v_lead,
-                                               token_sc[warp * FA_KVD_S + buf], 1.0f, p, io, &w,
-                                               kb, fk, fv, c, qk_scale, scale_in_c, 0, lane);
-                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, NULL, v_rows, v_lead, slow_w[warp], fv, 0,
-                                             lane);
-                fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
-            }
-            fa_mma_copies_wait();
+        /* chunk i in buffer i % FA_KVD_S, copied FA_KVD_S - 1 chunks ahead */
+        uint buf = 0;
+        #pragma unroll
+        for (uint i = 0; i + 1 < FA_KVD_S; i++) {
+            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, row_from, row_bytes, warp, lead, token_sc, p,
+                                          io, &w, kb + i * stride, warp * FA_KVD_S + i, rb_k, rb_v,
+                                          direct, lane);
+            fa_mma_copies_commit();
         }
+        for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
+            const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
+            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, row_from, row_bytes, warp, lead, token_sc, p,
+                                          io, &w, kb + (FA_KVD_S - 1) * stride,
+                                          warp * FA_KVD_S + ahead_buf, rb_k, rb_v, direct, lane);
+            fa_mma_copies_commit();
+#if FA_KVD_S == 3 /* this chunk's bytes are in */
+            fa_kvd_wait_but2();
+#else
+            fa_kvd_wait_but1();
+#endif
+            fa_kvd_sync_warp(); /* and every lane's (staged rows, TOKEN scales) */
+            const uint at = warp * FA_KVD_S + buf;
+            float pw[2][2];
+            int unit;
+            if (direct) { /* the codes from this lane's slots (the slow path's V from the warp's) */
+                __local const uint4 (*slots)[32] = FA_KVD_SLOTS_OF(stage, at);
+                uint kx[2][FA_KVD_MT], vx[FA_KVD_BLOCKS][4];
+                FCL_CAT(fa_kvd_take_chunk, FA_NAME)(kx, vx, slots, lane);
+                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
+                                               kx, NULL, NULL, NULL, NULL, token_sc[at], p, io, &w,
+                                               kb, fk, fv, c, qk_scale, scale_in_c, 1, lane);
+                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, vx, (__local const uchar *)slots, NULL,
+                                             slow_w[warp], fv, 1, lane);
+            } else {
+                __local const uchar *k_rows = stage + (ulong)at * 2 * FA_KVD_CHUNK;
+                __local const uchar *v_rows = k_rows + FA_KVD_CHUNK;
+                FCL_CAT(fa_kvd_weigh, FA_NAME)(o, &m, &l, &o_unit, pw, &unit, qa, ql, q_sums[warp][g],
+                                               NULL, k_rows, lead[at][0], v_rows, lead[at][1],
+                                               token_sc[at], p, io, &w, kb, fk, fv, c, qk_scale,
+                                               scale_in_c, 0, lane);
+                FCL_CAT(fa_kvd_add, FA_NAME)(o, pw, unit, NULL, v_rows, lead[at][1], slow_w[warp],
+                                             fv, 0, lane);
+            }
+            fa_kvd_sync_warp(); /* every lane is done with this chunk: the next copies reuse it */
+        }
+        fa_mma_copies_wait();
 
         /* The warps' states merged: row g's (m, l) from its lanes, o through local memory,
          * then one work-item an element of the rows rescales them to the largest m. */
@@ -985,7 +938,6 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's copies overwrite part_o */
     }
-#undef FA_KVD_STAGED
 }
 
 /* The staged build: every format, rows at multiples of 4 bytes. */
@@ -1002,25 +954,27 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 0, stage, row_from, row_bytes, lead, token_sc, &sh);
 }
 
-/* The direct build (f16 q, head dims up to 128; float32 q's at D128 needed 208 registers, 4
- * groups an SM, int8 0.33 ms against the staged build's 0.223): int8 and fp8 K and V, rows at
- * multiples of 16 bytes (the planner's kv_direct_takes). room: the warps' o at the end, and
- * a chunk's V rows a warp for the slow path. */
+/* The direct build (f16 q, head dims up to 128; float32 q's, where an earlier direct build held
+ * the next chunk's codes in registers, needed 208 registers at D128 and ran int8 at 0.33 ms
+ * against the staged build's 0.223; not tried since): int8 and fp8 K and V, rows at
+ * multiples of 16 bytes (the planner's kv_direct_takes). slots: the lanes' (then the warps'
+ * o). */
 #if FA_KVD_DIRECT_BUILT(FA_KVD_Q32, FA_D)
+#if FA_KVD_W * FA_KVD_ROWS * FA_D * 4 > FA_KVD_W * FA_KVD_S * FA_KVD_SLOTS * 512
+#error "the direct build's slots do not hold the warps' o"
+#endif
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
 void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;
-    __local uchar room[FA_KVD_W * FA_KVD_ROWS * FA_D * 4 > FA_KVD_W * FA_KVD_CHUNK
-                           ? FA_KVD_W * FA_KVD_ROWS * FA_D * 4
-                           : FA_KVD_W * FA_KVD_CHUNK] __attribute__((aligned(16)));
+    __local uchar slots[FA_KVD_W * FA_KVD_S * FA_KVD_SLOTS * 512] __attribute__((aligned(16)));
+    __local float token_sc[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
     __local fa_kvd_shared sh;
-    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 1, room, NULL, NULL, NULL, NULL, &sh);
+    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 1, slots, NULL, NULL, NULL, token_sc, &sh);
 }
 #endif
 
 #undef FA_KVD_SCORES
-#undef FA_KVD_V_EARLY
 #undef FA_KVD_BY_FORMAT_OF
 #undef fa_kvd_shared
 #undef FA_KVD_ACCUMULATE
@@ -1029,6 +983,10 @@ void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
 #undef FA_KVD_S
 #undef FA_KVD_BLOCKS
 #undef FA_KVD_MT
+#undef FA_KVD_K_SLOTS
+#undef FA_KVD_SLOTS
+#undef FA_KVD_SLOTS_OF
+#undef FA_KVD_V_AT
 #undef FA_KVD_STRIDE
 #undef FA_KVD_CHUNK
 #undef FA_KVD_QK_DIM

@@ -35,8 +35,8 @@ static cl_ulong kv_starts(const fcl_attention_params *p, int v)
 }
 
 /* Whether every row of K and V (of a coded format) starts at a multiple of 16 bytes, as the
- * 8-bit decode kernel's direct loads need (the rows' bytes are multiples of 16 where it
- * takes them). */
+ * 8-bit decode kernel's direct build's 16-byte copies need (the rows' bytes are multiples of
+ * 16 where it takes them). */
 static int kv_rows16(const fcl_attention_params *p)
 {
     return ((kv_starts(p, 0) | kv_starts(p, 1)) % 16) == 0;

@@ -110,8 +110,9 @@ typedef struct fcl_nv_kernels {
     cl_kernel kv_decode[2][FCL_MMA_BUCKETS];
     int kv_decode_on;
     /* ... its direct build (f16 q, head dims 64 and 128, K and V in int8 or fp8 with rows at
-     * multiples of 16 bytes: loads straight into registers; [1] unused), in the same unit,
-     * and whether the planner may take it (FLASHCL_TUNE=attention_kv_direct=0: no) */
+     * multiples of 16 bytes: no staged rows, each lane's codes copied to it; [1] unused), in
+     * the same unit, and whether the planner may take it (FLASHCL_TUNE=attention_kv_direct=0:
+     * no) */
     cl_kernel kv_direct[2][FCL_MMA_BUCKETS];
     int kv_direct_on;
     /* ... the prefill builds for one pair of K/V formats (fcl_plan_mma_fixed), and whether

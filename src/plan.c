@@ -1208,12 +1208,10 @@ static int kv_decode_takes(const fcl_attention_desc *d, int bucket)
 }
 
 /* Whether the 8-bit decode kernel's direct build takes d (its rows aligned): K and V in the
- * formats it reads (a byte a value, no blocks) and f16 q (where it is built,
- * FA_KVD_DIRECT_BUILT), at head dim 64, and at 128 where K or V has TOKEN scales. H200, B8
- * H32/8 at 32K keys, one call, staged -> direct, ms: D64 int8 0.161 -> 0.144, fp8 0.163 ->
- * 0.141, int8 with TOKEN scales 0.220 -> 0.169; D128 int8 with TOKEN scales 0.266 -> 0.245 (B8
- * H32: 0.912 -> 0.831), but int8 without them 0.212 -> 0.222, fp8 0.213 both (B8 H32: 0.720 ->
- * 0.757, 0.708 -> 0.730). */
+ * formats it reads (a byte a value, no blocks) and f16 q, where it is built (FA_KVD_DIRECT_BUILT:
+ * head dims 64 and 128). H200, B8 H32/8 at 32K keys, one call, staged -> direct, ms: D128 int8
+ * 0.218 -> 0.202-0.203, fp8 0.210-0.211 -> 0.202-0.206 (paged 16: int8 0.227-0.231 ->
+ * 0.205-0.207; B8 H32: 0.721-0.737 -> 0.656-0.661); D64 int8 0.159-0.160 -> 0.110-0.112. */
 static int kv_direct_takes(const fcl_attention_desc *d)
 {
     for (int v = 0; v <= 1; v++) {
@@ -1221,9 +1219,7 @@ static int kv_direct_takes(const fcl_attention_desc *d)
         if (f != FCL_KV_INT8 && f != FCL_KV_FP8_E4M3 && f != FCL_KV_FP8_E5M2)
             return 0;
     }
-    const int token = d->scale_mode_k == FCL_KV_SCALE_TOKEN || d->scale_mode_v == FCL_KV_SCALE_TOKEN;
-    return d->dtype_q == FCL_DTYPE_F16 && FA_KVD_DIRECT_BUILT(0, d->head_dim) &&
-           (d->head_dim <= 64 || token);
+    return d->dtype_q == FCL_DTYPE_F16 && FA_KVD_DIRECT_BUILT(0, d->head_dim);
 }
 
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,

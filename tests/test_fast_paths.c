@@ -921,10 +921,10 @@ static void test_kv_decode_masked(void **state)
 }
 
 /* The 8-bit decode kernel's direct build (f16 q, int8 and fp8 K and V, rows at multiples of
- * 16 bytes; the planner takes it at head dim 64, and at 128 with TOKEN scales, as every case
- * there has) against the float64 reference and, switched off (FLASHCL_TUNE=attention_kv_direct=0:
- * the staged copies), the same calls: head dims 128 and 64 (whose builds fetch V at different
- * points), HEAD and TOKEN scales, raw bytes, NaN and infinite V codes (the slow path),
+ * 16 bytes, head dims 64 and 128) against the float64 reference and, switched off
+ * (FLASHCL_TUNE=attention_kv_direct=0: the staged copies), the same calls: head dims 128 and
+ * 64 (whose V copies take 16 and 8 bytes a lane), HEAD, TOKEN and no scales, raw bytes, NaN and
+ * infinite V codes (the slow path, which reads V's codes from the lanes' slots),
  * softcap and a split, f16 and boolean masks, a shuffled paged cache with lengths 290, 0 and
  * 37 (int8 K with TOKEN scales), a length that ends inside a chunk. */
 static void test_kv_decode_direct(void **state)
@@ -946,7 +946,7 @@ static void test_kv_decode_direct(void **state)
          FCL_MASK_NONE},
         {64, 77, FCL_KV_FP8_E5M2, FCL_KV_INT8, KV_FROM_DATA, FCL_KV_SCALE_HEAD,
          FCL_KV_SCALE_TOKEN, 0, FCL_MASK_ADD_F16},
-        {128, 300, FCL_KV_INT8, FCL_KV_FP8_E5M2, KV_RAW, FCL_KV_SCALE_TOKEN, none,
+        {128, 300, FCL_KV_INT8, FCL_KV_FP8_E5M2, KV_RAW, FCL_KV_SCALE_HEAD, none,
          1, FCL_MASK_NONE},
         {64, 300, FCL_KV_FP8_E4M3, FCL_KV_INT8, KV_FROM_DATA, none,
          FCL_KV_SCALE_HEAD, 0, FCL_MASK_BOOL_U8},

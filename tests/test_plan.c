@@ -748,10 +748,11 @@ static void test_mma_path_rules(void **state)
                 l.block_kv == 32 && l.work_group_size == 64 && l.mma_kind == FCL_MMA_F16 &&
                 l.splits == 12);
     /* int8 and fp8 K and V with f16 q: the direct build where the rows allow it (16-byte
-     * rows, the switch on) at head dim 64, and at 128 with TOKEN scales */
+     * rows, the switch on) at head dims 64 and 128, TOKEN scales or not */
     coded.format_k = FCL_KV_INT8;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode &&
-                !l.kv_direct);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_direct);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, &l) && l.kv_decode &&
+                !l.kv_direct); /* rows not at multiples of 16 bytes, or the switch off */
     coded.scale_mode_v = FCL_KV_SCALE_TOKEN;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_direct);
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, &l) && l.kv_decode &&
