@@ -305,7 +305,8 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_atte
     p->flags |= FA_FLAG_PARTIAL;
     cl_int err = set_attention_args(kern, b, p);
     if (err == CL_SUCCESS)
-        err = launch(ctx, kern, l->groups, l->work_group_size, after.n, after.events, &first);
+        err = launch(ctx, kern, l->groups, l->work_group_size, after.n, after.events,
+                     fcl_first_event(ctx, &first));
     fcl_wait_list_free(&after);
     p->flags &= ~(cl_uint)FA_FLAG_PARTIAL; /* the merge writes the rows themselves */
     if (err == CL_SUCCESS)
@@ -316,7 +317,8 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_atte
         err = launch(ctx, ctx->attention_merge_splits,
                      fcl_plan_merge_groups(&ctx->info, rows, l->splits, head_dim_v,
                                            ctx->merge_work_group),
-                     ctx->merge_work_group, n_after, after_first, &merged);
+                     ctx->merge_work_group, n_after, after_first,
+                     fcl_second_event(ctx, &merged, done));
     fcl_scratch_pair_done(ctx, first, merged, done);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernels");
 }

@@ -240,13 +240,21 @@ void fcl_wait_list_free(fcl_wait_list *list);
 /* Records last, the last kernel of a call that used scratch (retained). */
 void fcl_scratch_used(fcl_context *ctx, cl_event last);
 /* The end of a call's two kernels chained through scratch (first writes it, second reads it;
- * NULL where not enqueued): the later of them becomes scratch's last use, second goes to
+ * NULL where not enqueued or without an event, fcl_first_event, fcl_second_event): the later
+ * of them becomes scratch's last use, second goes to
  * *done (or is released where done is NULL), first is released. */
 void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl_event *done);
 /* The events a launch that follows the launch of prev in the same call waits for (*wait, the
  * count returned): prev alone, or none on an in-order queue, which keeps their order itself
  * (on NVIDIA's driver an event waited on costs host time at each enqueue). */
 cl_uint fcl_after_launch(const fcl_context *ctx, const cl_event *prev, const cl_event **wait);
+/* Where the first of a call's two chained launches returns its event: slot on an
+ * out-of-order queue, whose second launch and later users of scratch wait for it; NULL on an
+ * in-order queue, which keeps their order itself (on NVIDIA's driver an event costs about 8
+ * us of host time an enqueue on the context's own queue, which has profiling on) ... */
+cl_event *fcl_first_event(const fcl_context *ctx, cl_event *slot);
+/* ... and the second: also where the caller asks for it (done not NULL). */
+cl_event *fcl_second_event(const fcl_context *ctx, cl_event *slot, const cl_event *done);
 /* Releases the buffers and the event (context destruction). */
 void fcl_scratch_release(fcl_context *ctx);
 

@@ -58,6 +58,16 @@ cl_uint fcl_after_launch(const fcl_context *ctx, const cl_event *prev, const cl_
     return ctx->queue_in_order ? 0u : 1u;
 }
 
+cl_event *fcl_first_event(const fcl_context *ctx, cl_event *slot)
+{
+    return ctx->queue_in_order ? NULL : slot;
+}
+
+cl_event *fcl_second_event(const fcl_context *ctx, cl_event *slot, const cl_event *done)
+{
+    return ctx->queue_in_order && !done ? NULL : slot;
+}
+
 void fcl_wait_list_free(fcl_wait_list *list)
 {
     free(list->owned);

@@ -306,12 +306,13 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel *kernels, const soft
     if (err == CL_SUCCESS)
         err = set_split_args(write, launch, partial);
     if (err == CL_SUCCESS)
-        err = launch_kernel(ctx, stats, launch, after.n, after.events, &first);
+        err = launch_kernel(ctx, stats, launch, after.n, after.events, fcl_first_event(ctx, &first));
     fcl_wait_list_free(&after);
     const cl_event *after_first;
     const cl_uint n_after = fcl_after_launch(ctx, &first, &after_first);
     if (err == CL_SUCCESS)
-        err = launch_kernel(ctx, write, launch, n_after, after_first, &written);
+        err = launch_kernel(ctx, write, launch, n_after, after_first,
+                            fcl_second_event(ctx, &written, done));
     fcl_scratch_pair_done(ctx, first, written, done);
     return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the softmax kernels");
 }
