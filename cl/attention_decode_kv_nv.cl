@@ -69,9 +69,9 @@
  * ms, int8 0.257-0.261 -> 0.239-0.241, fp8 0.250 -> 0.231-0.236, q4_0 0.304-0.308 -> 0.279. */
 #define FA_KVD_QK_DIM(h, t) (16 * (h) + 4 * (t))
 /* The first of the 4 dims that lane t holds of q.k's k-step ks (a word of 4 codes): staged rows'
- * (each k-step in one 32-dim block, as above), or the direct build's (fa_kvd_copy_chunk: word ks % 4
- * of the lane's 16-byte slot ks / 4 of its row, from byte 64 (ks / 4) + 16t, so that each
- * copy's 4 lanes read 64 bytes of a row in a row). */
+ * (each k-step in one 32-dim block, as above), or the direct build's (fa_kvd_copy_chunk:
+ * word ks % 4 of the lane's 16-byte slot ks / 4 of its row, from byte 64 (ks / 4) + 16t, so
+ * that each copy's 4 lanes read 64 bytes of a row in a row). */
 #define FA_KVD_Q_DIM(ks, t, direct)                                                            \
     ((direct) ? (ks) / 4 * 64 + 16 * (t) + 4 * ((ks) % 4) : (ks) / 2 * 32 + FA_KVD_QK_DIM((ks) % 2, t))
 /* The dim that o's m-tile mt holds in row g (e < 2) or g + 8 (e >= 2): m-tile 2b + h comes from
@@ -503,8 +503,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_add_slowly, FA_NAME)(float (*o)[4], __local const
     __local const uint4 (*slot)[32] = (__local const uint4 (*)[32])v_rows;
     for (uint k = 0; k < FA_KVD_KEYS; k++) {
         __local const uchar *row = direct
-            ? (__local const uchar *)&slot[FA_KVD_K_SLOTS + k / 8 * 2 + k % 2][FA_KVD_V_AT(g, k % 8 / 2)] -
-                  g * (FA_D / 8)
+            ? (__local const uchar *)&slot[FA_KVD_K_SLOTS + k / 8 * 2 + k % 2]
+                                          [FA_KVD_V_AT(g, k % 8 / 2)] - g * (FA_D / 8)
             : v_rows + k * FA_KVD_STRIDE + v_lead[k];
         const float w0 = weights[2 * t][k], w1 = weights[2 * t + 1][k];
         #pragma unroll
@@ -615,7 +615,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
      * change of o's unit where V's factors set one */
     *unit = 0;
     if ((p->flags & FA_FLAG_V_TOKEN_SCALES) || (!direct && fa_kvd_blocks(fv))) {
-        const float unit_scale = p->flags & FA_FLAG_V_TOKEN_SCALES ? sc[1][lane % FA_KVD_KEYS] : 1.0f;
+        const float unit_scale =
+            p->flags & FA_FLAG_V_TOKEN_SCALES ? sc[1][lane % FA_KVD_KEYS] : 1.0f;
         FA_KVD_BY_FORMAT_OF(direct, fv, FA_KVD_UNIT);
     }
     const float change = fa_mma_pow2(*unit - *o_unit);
@@ -694,9 +695,11 @@ FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], _
     #pragma unroll
     for (uint i = 0; i < 4; i++) {
         const uint piece = lane % 8, key = 4 * i + lane / 8;
-        __global const uchar *row =
-            FCL_CAT(fa_kvd_row_from, FA_NAME)(io->v, lo, hi, FA_KVD_KEYS + key) + piece * (FA_D / 8);
-        __local uint4 *to = &slot[FA_KVD_K_SLOTS + key / 8 * 2 + key % 2][FA_KVD_V_AT(piece, key % 8 / 2)];
+        __global const uchar *row = FCL_CAT(fa_kvd_row_from, FA_NAME)(io->v, lo, hi,
+                                                                      FA_KVD_KEYS + key) +
+                                    piece * (FA_D / 8);
+        __local uint4 *to =
+            &slot[FA_KVD_K_SLOTS + key / 8 * 2 + key % 2][FA_KVD_V_AT(piece, key % 8 / 2)];
         if (FA_D == 64)
             fa_mma_copy8(to, row, 8);
         else
@@ -728,7 +731,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_take_chunk, FA_NAME)(uint (*kx)[FA_KVD_MT], uint 
 }
 
 /* Chunk kb's copies into buffer i (of every warp's FA_KVD_S) of stage, where kb is inside the
- * split: direct, each lane's words into its slots (fa_kvd_copy_chunk); else the rows, staged
+ * split: direct, the codes into the lanes' slots (fa_kvd_copy_chunk); else the rows, staged
  * (fa_kvd_stage: K's then V's FA_KVD_CHUNK bytes; row_from and row_bytes [warp]'s). */
 FCL_INLINE void FCL_CAT(fa_kvd_fill, FA_NAME)(__local uchar *stage, __local ulong (*row_from)[32],
                                              __local uint (*row_bytes)[32], uint warp,

@@ -241,8 +241,8 @@ void fcl_wait_list_free(fcl_wait_list *list);
 void fcl_scratch_used(fcl_context *ctx, cl_event last);
 /* The end of a call's two kernels chained through scratch (first writes it, second reads it;
  * NULL where not enqueued or without an event, fcl_first_event, fcl_second_event): the later
- * of them becomes scratch's last use, second goes to
- * *done (or is released where done is NULL), first is released. */
+ * of them becomes scratch's last use, second goes to *done (or is released where done is
+ * NULL), first is released. */
 void fcl_scratch_pair_done(fcl_context *ctx, cl_event first, cl_event second, cl_event *done);
 /* The events a launch that follows the launch of prev in the same call waits for (*wait, the
  * count returned): prev alone, or none on an in-order queue, which keeps their order itself
