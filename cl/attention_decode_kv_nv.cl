@@ -683,9 +683,9 @@ FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global cons
  * of its own and met a bank 8 times (Nsight Compute on the replay, H200, B8 H32/8 D128 at 32K
  * keys, int8: the L2 at 84% of its throughput). Each lane first looks up one row
  * (lanes 0-15 K's row lane, 16-31 V's row lane - 16), which the lanes that copy from it take by
- * shuffles, and writes that row's TOKEN scale to scale[lane] (0 past the split's end, 1
- * without); rows at or past the split's end read the split's first row (their weights are 0).
- * Every lane takes part. */
+ * shuffles, and copies that row's TOKEN scale to scale[lane] where the call has them
+ * (fa_kvd_copy_scale); rows at or past the split's end read the split's first row (their
+ * weights are 0). Every lane takes part. */
 FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], __local float *scale,
                                                    const fa_params *p, const fa_io *io,
                                                    const fa_work *w, ulong kb, uint lane)
