@@ -14,14 +14,14 @@
 #define FLASHCL_ATTENTION_ARGS_H
 
 /* Buffers, X(kind, name): kernel argument i is the i-th entry. Kinds: IN (q, k, v, mask: the
- * storage type is a param), OUT, F32_OUT, F32_SCRATCH, F2_SCRATCH, I32_IN, F32_IN. An absent
- * buffer is NULL; its flag (below) is then clear. */
+ * storage type is a param), OUT, F32_OUT, F32_SCRATCH, F2_SCRATCH, U32_SCRATCH, I32_IN, F32_IN.
+ * An absent buffer is NULL; its flag (below) is then clear. */
 #define FA_BUFFERS(X)                                                                          \
     X(IN, q) X(IN, k) X(IN, v) X(IN, mask) X(OUT, out) X(F32_OUT, lse)                       \
     X(F32_SCRATCH, partial_o) X(F2_SCRATCH, partial_ml) X(I32_IN, seqlens_kv)                \
     X(I32_IN, cu_seqlens_q) X(I32_IN, cu_seqlens_kv) X(I32_IN, block_table)                  \
     X(F32_IN, alibi_slopes) X(F32_IN, sinks) X(F32_IN, k_scales) X(F32_IN, v_scales)        \
-    X(I32_IN, leftpad_kv) X(I32_IN, query_offsets)
+    X(I32_IN, leftpad_kv) X(I32_IN, query_offsets) X(U32_SCRATCH, merge_counts)
 
 /* Scalars after the buffers, X(type, name) with type U32, U64 or F32; the last entry comes
  * through LAST (an argument list has no trailing comma). The host validates counts and
@@ -78,7 +78,8 @@
     X(FA_FLAG_K_TOKEN_SCALES, 19) /* each K row's times its own, at the ks_* view */       \
     X(FA_FLAG_V_TOKEN_SCALES, 20) /* ... each V row's, at the vs_* view */                 \
     X(FA_FLAG_LEFTPAD_KV, 21)   /* sequence b's keys from row leftpad_kv[b] */              \
-    X(FA_FLAG_QUERY_OFFSETS, 22) /* p(i) = i + query_offsets[b]; causality from it */
+    X(FA_FLAG_QUERY_OFFSETS, 22) /* p(i) = i + query_offsets[b]; causality from it */     \
+    X(FA_FLAG_MERGE_LAST, 23)   /* with PARTIAL: the last split's group merges (counts) */
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
@@ -91,6 +92,7 @@
  * masked; the host runs the first built kernel whose features cover the call. */
 #define FA_FEATURES_ALL 0x60ffffu /* bits 0-15, 21 and 22 (leftpad_kv, query_offsets) */
 #define FA_FEATURES_KV 0x7fffffu
+#define FA_FEATURES_KV_DECODE 0xffffffu /* the 8-bit decode kernel's: _KV and MERGE_LAST */
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)

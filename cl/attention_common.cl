@@ -16,6 +16,7 @@ enum { FA_FLAGS(FA_FLAG_ENUM_ENTRY) };
 #define FA_BUF_F32_OUT __global float *
 #define FA_BUF_F32_SCRATCH __global float *
 #define FA_BUF_F2_SCRATCH __global float2 *
+#define FA_BUF_U32_SCRATCH __global uint *
 #define FA_BUF_I32_IN __global const int *
 #define FA_BUF_F32_IN __global const float *
 

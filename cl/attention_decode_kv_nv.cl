@@ -43,7 +43,9 @@
  * run the same chunk functions (fa_kvd_weigh, fa_kvd_add), given the codes as registers or as
  * staged rows.
  * Each warp runs its own online softmax; the warps' (m, l, o) are merged at the end through
- * local memory, as attention_decode_nv.cl does. */
+ * local memory, as attention_decode_nv.cl does. With split-KV the group that finishes a row
+ * set's last split merges the splits (fa_kvd_merge_if_last), where the host asks for it
+ * (FA_FLAG_MERGE_LAST), instead of the merge kernel. */
 #ifndef FA_KVD_Q32
 #define FA_KVD_Q32 0
 #endif
@@ -93,6 +95,10 @@
 #endif
 #if FA_KVD_W * FA_KVD_S * 2 * FA_KVD_CHUNK > 48 * 1024 - 4096 || FA_D % 32
 #error "the 8-bit decode kernel's local memory does not fit"
+#endif
+#if FA_KVD_W * FA_KVD_S * FA_KVD_SLOTS * 512 < FA_KVD_ROWS * FA_MAX_SPLITS * 8 ||               \
+    FA_KVD_W * 32 < 8 * FA_KVD_ROWS
+#error "fa_kvd_merge_if_last: the slots do not hold the (m, l), or a row lacks 8 work-items"
 #endif
 
 #ifndef FA_KVD_HELPERS
@@ -267,6 +273,76 @@ FCL_INLINE void fa_kvd_copy_scale(__local float *to, const fa_params *p, const f
     __global const float *from =
         v ? io->v_scales + fa_row_at(&s->vs, at) : io->k_scales + fa_row_at(&s->ks, at);
     fa_mma_copy4(to, from, live ? 4u : 0u);
+}
+
+/* Split-KV without the merge kernel (FA_FLAG_MERGE_LAST): once the group has written its
+ * split's partials of the rows q0 .. q0 + rows - 1, it counts itself in at merge_counts[set]
+ * (set: the step's place among one split's steps); the group that counts last merges the
+ * rows from every split and sets the count back to 0 for the next call. The fences at the
+ * GPU's scope make the counting a release of each group's partials and the last group's
+ * reads an acquire of all of them (CUDA's threadfence reduction). The merge is the merge
+ * kernel's (attention_merge.cl: the same sums in the same order) with all rows at once, 8
+ * work-items a row and D / 8 dims each, so that its loads go out together: row after row,
+ * as the merge kernel takes them, the last groups' merges made the kernel 12 us longer than
+ * the merge kernel took (H200, B8 H32/8 D128 at 32K keys). ml: local memory for the rows'
+ * splits' (m, l), free here; last: a word of local memory. */
+FCL_INLINE void fa_kvd_merge_if_last(const fa_params *p, const fa_io *io, const fa_work *w,
+                                     ulong step, ulong rows, __local float2 *ml,
+                                     __local uint *last)
+{
+    const uint lid = get_local_id(0);
+    __asm__ volatile("fence.acq_rel.gpu;" ::: "memory"); /* this work-item's partials */
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        const ulong sets = p->q_tiles * p->batch * p->heads_q; /* steps of a split */
+        __global uint *count = io->merge_counts + step % sets;
+        __asm__ volatile("fence.acq_rel.gpu;" ::: "memory"); /* the group's, seen at the barrier */
+        const uint before = atomic_inc(count);
+        __asm__ volatile("fence.acq_rel.gpu;" ::: "memory");
+        *last = before + 1 == p->splits;
+        if (*last)
+            *count = 0u; /* every split has counted: no group uses it again this call */
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!*last)
+        return;
+    __asm__ volatile("fence.acq_rel.gpu;" ::: "memory"); /* the other groups' partials */
+    const ulong splits = p->splits, first = (w->s.b * p->heads_q + w->s.h) * p->len_q + w->q0;
+    for (ulong i = lid; i < rows * splits; i += FA_KVD_W * 32)
+        ml[i] = io->partial_ml[first * splits + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const uint r = lid / 8, part = lid % 8; /* row r's dims part D / 8 .. + D / 8 - 1 */
+    if (r >= rows)
+        return;
+    __local const float2 *row_ml = ml + r * splits;
+    float m = -INFINITY, l = 0.0f;
+    for (ulong s = 0; s < splits; s++)
+        m = fmax(m, row_ml[s].x);
+    for (ulong s = 0; s < splits; s++) /* all -inf: l and o are 0 (or NaN) */
+        l += row_ml[s].y * (m == -INFINITY ? 1.0f : exp(row_ml[s].x - m));
+    fa_params merged = *p;
+    merged.flags &= ~(uint)(FA_FLAG_PARTIAL | FA_FLAG_MERGE_LAST);
+    const fa_dest dst = fa_finish_row(&merged, io, w, w->q0 + r, m, l, part == 0);
+    __global const float4 *po =
+        (__global const float4 *)(io->partial_o + (first + r) * splits * FA_D) + part * (FA_D / 32);
+    float4 o[FA_D / 32];
+    #pragma unroll
+    for (uint c = 0; c < FA_D / 32; c++)
+        o[c] = (float4)(0.0f);
+    for (ulong s = 0; s < splits; s++) {
+        const float f = m == -INFINITY ? 1.0f : exp(row_ml[s].x - m);
+        #pragma unroll
+        for (uint c = 0; c < FA_D / 32; c++)
+            o[c] = fma(po[s * (FA_D / 4) + c], (float4)(f), o[c]);
+    }
+    #pragma unroll
+    for (uint c = 0; c < FA_D / 32; c++) {
+        const uint d = part * (FA_D / 8) + 4 * c;
+        fa_store(&merged, io, dst, d, o[c].x);
+        fa_store(&merged, io, dst, d + 1, o[c].y);
+        fa_store(&merged, io, dst, d + 2, o[c].z);
+        fa_store(&merged, io, dst, d + 3, o[c].w);
+    }
 }
 #endif /* FA_KVD_HELPERS */
 
@@ -771,6 +847,7 @@ typedef struct {
     float q_sums[FA_KVD_W][FA_KVD_ROWS][FA_KVD_BLOCKS];
     float slow_w[FA_KVD_W][FA_KVD_ROWS][FA_KVD_KEYS];
     float part_m[FA_KVD_W][FA_KVD_ROWS], part_l[FA_KVD_W][FA_KVD_ROWS];
+    uint last; /* fa_kvd_merge_if_last's */
 } FCL_CAT(fa_kvd_shared_, FA_NAME);
 #define fa_kvd_shared FCL_CAT(fa_kvd_shared_, FA_NAME)
 
@@ -949,6 +1026,10 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
             const float v_factor = l_all != 0.0f ? w.s.v_scale : 1.0f;
             const fa_dest dst = fa_finish_row(p, io, &w, w.q0 + r, m_all * M_LN2_F, l_all, d == 0);
             fa_store(p, io, dst, d, o_all * v_factor);
+        }
+        if (p->flags & FA_FLAG_MERGE_LAST) {
+            barrier(CLK_LOCAL_MEM_FENCE); /* every work-item is done with part_o */
+            fa_kvd_merge_if_last(p, io, &w, step, rows, (__local float2 *)stage, &sh->last);
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's copies overwrite part_o */
     }

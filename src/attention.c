@@ -115,7 +115,7 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
                                                     nv_rows_aligned(&run->params),
                                                     ctx->nv.kv_decode_on,
                                                     ctx->nv.kv_direct_on && kv_rows16(&run->params),
-                                                    l),
+                                                    ctx->nv.merge_in_kernel_on, l),
                         run, l, &taken);
     if (s != FCL_SUCCESS || taken)
         return s;
@@ -252,7 +252,8 @@ static fcl_status check_device_io(fcl_context *ctx, fcl_attention_problem *pr,
                                  NULL,            NULL,           io->seqlens_kv,
                                  io->cu_seqlens_q, io->cu_seqlens_kv, io->block_table,
                                  io->alibi_slopes, io->sinks,    io->k_scales,
-                                 io->v_scales,    io->leftpad_kv,  io->query_offsets};
+                                 io->v_scales,    io->leftpad_kv,  io->query_offsets,
+                                 NULL};
     *b = all;
     return FCL_SUCCESS;
 }
@@ -284,8 +285,31 @@ static cl_int launch(fcl_context *ctx, cl_kernel k, size_t groups, size_t local,
     return clEnqueueNDRangeKernel(ctx->queue, k, 1, NULL, &global, &local, n_wait, wait, done);
 }
 
+/* Split-KV merged in the kernel (enqueue_split): one launch, after `after`. On an in-order
+ * queue the kernel takes no event and done comes from a marker after it, enqueued while it
+ * runs: an event on the context's profiling queue holds the kernel back by its ~8 us of
+ * host time (NVIDIA 580, H200). */
+static fcl_status enqueue_merging(fcl_context *ctx, cl_kernel kern, const fcl_attention_launch *l,
+                                  const fcl_attention_buffers *b, fcl_attention_params *p,
+                                  fcl_wait_list *after, cl_event *done)
+{
+    cl_event ended = NULL;
+    p->flags |= FA_FLAG_PARTIAL | FA_FLAG_MERGE_LAST;
+    cl_int err = set_attention_args(kern, b, p);
+    if (err == CL_SUCCESS)
+        err = launch(ctx, kern, l->groups, l->work_group_size, after->n, after->events,
+                     fcl_first_event(ctx, &ended));
+    fcl_wait_list_free(after);
+    if (err == CL_SUCCESS && !ended && done)
+        err = clEnqueueMarkerWithWaitList(ctx->queue, 0, NULL, done);
+    fcl_scratch_pair_done(ctx, NULL, ended, done);
+    return err == CL_SUCCESS ? FCL_SUCCESS : fcl_fail_cl(ctx, err, "enqueueing the attention kernel");
+}
+
 /* Split-KV: kern writes partial results of p's rows into the context's scratch memory (after
- * the last kernel that used it) and the merge combines them into the rows. */
+ * the last kernel that used it) and the merge combines them into the rows: the merge kernel,
+ * or where l->merge_in_kernel, kern's last group of each row set (FA_FLAG_MERGE_LAST, its
+ * counts in scratch too). */
 static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_attention_launch *l,
                                 size_t rows, size_t head_dim_v, fcl_attention_buffers *b,
                                 fcl_attention_params *p, cl_uint n_wait, const cl_event *wait,
@@ -297,10 +321,15 @@ static fcl_status enqueue_split(fcl_context *ctx, cl_kernel kern, const fcl_atte
     if (s == FCL_SUCCESS)
         s = fcl_scratch_buffer(ctx, FCL_SCRATCH_STATS, rows * l->splits * 2 * sizeof(float),
                                &b->partial_ml);
+    if (s == FCL_SUCCESS && l->merge_in_kernel)
+        s = fcl_scratch_buffer(ctx, FCL_SCRATCH_COUNTS, l->work * sizeof(cl_uint),
+                               &b->merge_counts);
     if (s == FCL_SUCCESS)
         s = fcl_scratch_wait_list(ctx, n_wait, wait, &after);
     if (s != FCL_SUCCESS)
         return s;
+    if (l->merge_in_kernel)
+        return enqueue_merging(ctx, kern, l, b, p, &after, done);
     cl_event first = NULL, merged = NULL;
     p->flags |= FA_FLAG_PARTIAL;
     cl_int err = set_attention_args(kern, b, p);

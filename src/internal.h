@@ -58,7 +58,12 @@ enum fcl_softmax_kernel {
 /* The context's scratch buffers (scratch.c), one a role: a call's values (split-KV's partial
  * outputs) and its statistics (partial (m, l), SPLIT softmax's partial (max, sum), a merge's
  * lse). */
-typedef enum { FCL_SCRATCH_VALUES, FCL_SCRATCH_STATS, FCL_SCRATCH_SLOTS } fcl_scratch_slot;
+typedef enum {
+    FCL_SCRATCH_VALUES,
+    FCL_SCRATCH_STATS,
+    FCL_SCRATCH_COUNTS, /* zeros when created; the kernels that count in it leave zeros */
+    FCL_SCRATCH_SLOTS
+} fcl_scratch_slot;
 typedef struct fcl_scratch {
     cl_mem buffer[FCL_SCRATCH_SLOTS];
     size_t bytes[FCL_SCRATCH_SLOTS];
@@ -115,6 +120,9 @@ typedef struct fcl_nv_kernels {
      * no) */
     cl_kernel kv_direct[2][FCL_MMA_BUCKETS];
     int kv_direct_on;
+    /* ... whether its split calls may merge in the kernel (FLASHCL_TUNE=
+     * attention_merge_in_kernel=0: the merge kernel merges them) */
+    int merge_in_kernel_on;
     /* ... the prefill builds for one pair of K/V formats (fcl_plan_mma_fixed), and whether
      * the planner may take them (FLASHCL_TUNE=attention_kv_fixed=0: no) */
     fcl_unit mma_fixed_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
@@ -398,6 +406,7 @@ typedef struct fcl_tuning {
     int attention_mma;         /* 0: none of NVIDIA's kernels even where the device has them */
     int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
     int attention_kv_direct;   /* 0: ... its int8 and fp8 K/V keep the staged copies */
+    int attention_merge_in_kernel; /* 0: ... its key splits are merged by the merge kernel */
     int attention_kv_fixed;    /* 0: the tensor-core prefill over K/V formats keeps the _kv
                                   build that reads them at run time (fcl_plan_mma_fixed) */
     int attention_fp8_cvt;     /* 0: NVIDIA's kernels convert E4M3 codes by integer and f16
@@ -410,11 +419,11 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t);
 /* Applies overrides ("key=value,...": softmax_wg, vector_width, block_items, block_lanes,
  * softmax_rows=0|1, attention_rows=0|1, attention_group=16|32|64, attention_tile=BQxBK,
  * attention_prefetch=0|1, attention_prefetch_items=16|32|48|64, attention_pv_vec=0|1,
- * attention_mma=0|1, attention_kv_decode=0|1, attention_kv_direct=0|1, attention_kv_fixed=0|1,
- * attention_fp8_cvt=0|1, softmax_nv=0|1) to t and names where (FLASHCL_TUNE,
- * options.tuning) in t->source; NULL or "" changes nothing. A bad override is
- * FCL_ERROR_INVALID_ARGUMENT with a sentence naming where (recorded on ctx, or the thread if
- * NULL). */
+ * attention_mma=0|1, attention_kv_decode=0|1, attention_kv_direct=0|1,
+ * attention_merge_in_kernel=0|1, attention_kv_fixed=0|1, attention_fp8_cvt=0|1,
+ * softmax_nv=0|1) to t and names where (FLASHCL_TUNE, options.tuning) in t->source; NULL or
+ * "" changes nothing. A bad override is FCL_ERROR_INVALID_ARGUMENT with a sentence naming
+ * where (recorded on ctx, or the thread if NULL). */
 fcl_status fcl_tuning_apply(fcl_context *ctx, fcl_tuning *t, const char *overrides,
                             const char *where);
 /* Defaults for info's device with FLASHCL_TUNE's overrides applied. */
@@ -534,6 +543,8 @@ typedef struct fcl_attention_launch {
     int gqa_rows; /* FCL_ATTENTION_PATH_MMA: the GQA build, GQA decoding as rows */
     int kv_decode; /* ... on the 8-bit K/V decode kernel (attention_decode_kv_nv.cl) */
     int kv_direct; /* ... its direct build (fcl_plan_attention_gqa_rows) */
+    int merge_in_kernel; /* ... with splits: its groups merge them (FA_FLAG_MERGE_LAST), no
+                            merge kernel */
     int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
                       a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
@@ -565,10 +576,11 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
 /* The tensor-core launch of GQA decoding as rows of a kv head (d: fcl_attention_gqa_rows's),
  * on the 8-bit K/V decode kernel where kv_decode allows it and it takes d (its direct build
  * where kv_direct allows it: that switch on, and every row of K and V at a multiple of 16
- * bytes), else on the kernel's GQA build, where that path takes d's shape; else 0. */
+ * bytes; with key splits, merged in the kernel where merge_in_kernel allows it), else on
+ * the kernel's GQA build, where that path takes d's shape; else 0. */
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
                                 int rows_aligned, int kv_decode, int kv_direct,
-                                fcl_attention_launch *launch);
+                                int merge_in_kernel, fcl_attention_launch *launch);
 /* The formats whose tensor-core prefill over K and V both in that format has a build of its
  * own (the formats constants in it); fcl_plan_mma_fixed: 1 + the index here of the one that
  * launch l (tensor-core prefill over K/V formats, planned for d) takes, else 0 (the _kv

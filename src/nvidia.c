@@ -127,7 +127,7 @@ static char *mma_source(const nv_parts *p)
                              "#define FA_KVD_Q32 %d\n#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
                              "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
                          q32 ? "_q32" : "", fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b),
-                         FA_FEATURES_KV, q32, fcl_cl_attention_decode_kv_nv);
+                         FA_FEATURES_KV_DECODE, q32, fcl_cl_attention_decode_kv_nv);
         }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
@@ -228,6 +228,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->info.softmax_nv_cols = 0;
     ctx->nv.kv_decode_on = tuning->attention_kv_decode;
     ctx->nv.kv_direct_on = tuning->attention_kv_direct;
+    ctx->nv.merge_in_kernel_on = tuning->attention_merge_in_kernel;
     ctx->nv.kv_fixed_on = tuning->attention_kv_fixed;
     ctx->nv.fp8_cvt = fcl_plan_fp8_cvt(ctx->info.nv_compute_capability, tuning);
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))

@@ -140,6 +140,7 @@ static const struct tune_key {
     {"attention_mma", TUNE_SWITCH, offsetof(fcl_tuning, attention_mma)},
     {"attention_kv_decode", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_decode)},
     {"attention_kv_direct", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_direct)},
+    {"attention_merge_in_kernel", TUNE_SWITCH, offsetof(fcl_tuning, attention_merge_in_kernel)},
     {"attention_kv_fixed", TUNE_SWITCH, offsetof(fcl_tuning, attention_kv_fixed)},
     {"attention_fp8_cvt", TUNE_SWITCH, offsetof(fcl_tuning, attention_fp8_cvt)},
     {"softmax_nv", TUNE_SWITCH, offsetof(fcl_tuning, softmax_nv)},
@@ -250,6 +251,7 @@ void fcl_tuning_defaults(const fcl_device_info *info, fcl_tuning *t)
     t->attention_mma = 1;
     t->attention_kv_decode = 1;
     t->attention_kv_direct = 1;
+    t->attention_merge_in_kernel = 1;
     t->attention_kv_fixed = 1;
     t->attention_fp8_cvt = 1;
     t->softmax_nv = 1;
@@ -957,6 +959,7 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
     launch->bucket = bucket;
     launch->path = path;
     launch->gqa_rows = launch->kv_decode = launch->kv_direct = launch->kv_fixed = 0;
+    launch->merge_in_kernel = 0;
     launch->one_query = one_query;
     /* the coded build (FA_FLAG_KV) decodes every format in its float32 slot */
     launch->dtype_kv = fcl_attention_kv_coded(d) ? FCL_DTYPE_F32 : d->dtype_kv;
@@ -1224,7 +1227,7 @@ static int kv_direct_takes(const fcl_attention_desc *d)
 
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
                                 int rows_aligned, int kv_decode, int kv_direct,
-                                fcl_attention_launch *launch)
+                                int merge_in_kernel, fcl_attention_launch *launch)
 {
     const int bucket = nvidia_bucket(info, d, rows_aligned);
     if (bucket >= 0 && kv_decode && kv_decode_takes(d, bucket)) { /* coded K and V */
@@ -1235,6 +1238,7 @@ int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention
             return 0;
         launch->gqa_rows = launch->kv_decode = 1;
         launch->kv_direct = kv_direct && kv_direct_takes(d);
+        launch->merge_in_kernel = merge_in_kernel && launch->splits > 1;
         launch->mma_kind = d->dtype_q == FCL_DTYPE_F32 ? FCL_MMA_F16_Q32 : FCL_MMA_F16;
         return 1;
     }

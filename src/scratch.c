@@ -23,8 +23,14 @@ fcl_status fcl_scratch_buffer(fcl_context *ctx, fcl_scratch_slot slot, size_t by
             clReleaseMemObject(s->buffer[slot]); /* OpenCL keeps it for kernels still using it */
         s->buffer[slot] = NULL;
         s->bytes[slot] = 0;
-        cl_int err;
-        cl_mem grown = clCreateBuffer(ctx->cl_ctx, CL_MEM_READ_WRITE, bytes, NULL, &err);
+        cl_int err = CL_SUCCESS;
+        /* counts start at zero, from a host copy: no command to order before the kernels */
+        void *zeros = slot == FCL_SCRATCH_COUNTS ? calloc(1, bytes) : NULL;
+        if (slot == FCL_SCRATCH_COUNTS && !zeros)
+            return fcl_fail(ctx, FCL_ERROR_OUT_OF_HOST_MEMORY, "out of host memory for counts");
+        const cl_mem_flags flags = CL_MEM_READ_WRITE | (zeros ? CL_MEM_COPY_HOST_PTR : 0);
+        cl_mem grown = clCreateBuffer(ctx->cl_ctx, flags, bytes, zeros, &err);
+        free(zeros);
         if (err != CL_SUCCESS)
             return fcl_fail_cl(ctx, err, "allocating %zu bytes of scratch memory", bytes);
         s->buffer[slot] = grown;

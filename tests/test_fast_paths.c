@@ -973,6 +973,62 @@ static void test_kv_decode_direct(void **state)
     fcl_context_destroy(portable);
 }
 
+/* The 8-bit decode kernel's key splits merged by the group that ends each row set's last split
+ * (FA_FLAG_MERGE_LAST) against the float64 reference, the portable kernels and, switched off
+ * (FLASHCL_TUNE=attention_merge_in_kernel=0: the merge kernel), the same calls, to the
+ * last bits the two merges' roundings allow: the direct build (int8, 7 splits, sinks, one
+ * -inf), the staged build (q8_0 K, q4_0 V, 12 splits, HEAD scales), float32 q (fp8, 3
+ * splits) and the planner's splits of a 4096-key cache. Each call runs several times on a
+ * context, so that counts a call left behind would fail the next. */
+static void test_kv_decode_merge_in_kernel(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    fcl_context *unmerged = tuned_context("attention_merge_in_kernel=0");
+    static const struct {
+        fcl_dtype q;
+        fcl_kv_format k, v;
+        size_t splits, len_kv;
+        fcl_kv_scale k_mode;
+        int sinks;
+    } cases[] = {
+        {FCL_DTYPE_F16, FCL_KV_INT8, FCL_KV_INT8, 7, 300, FCL_KV_SCALE_TOKEN, 1},
+        {FCL_DTYPE_F16, FCL_KV_Q8_0, FCL_KV_Q4_0, 12, 300, FCL_KV_SCALE_NONE, 0},
+        {FCL_DTYPE_F32, FCL_KV_FP8_E4M3, FCL_KV_FP8_E4M3, 3, 300, FCL_KV_SCALE_HEAD, 0},
+        {FCL_DTYPE_F16, FCL_KV_FP8_E5M2, FCL_KV_INT8, 0, 4096, FCL_KV_SCALE_NONE, 1},
+    };
+    float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0.0f, 3.0f, -2.5f, 1.0f};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = kv_rows};
+        r.d.dtype_q = cases[i].q, r.d.format_k = cases[i].k, r.d.format_v = cases[i].v;
+        r.d.kv_splits = cases[i].splits, r.d.len_kv = cases[i].len_kv;
+        kv_case_inputs(&r, KV_FROM_DATA, cases[i].k_mode, FCL_KV_SCALE_NONE, 0);
+        if (cases[i].sinks)
+            r.io.sinks = sinks;
+        check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
+        if (mma_expected()) {
+            check_attention_run_on(unmerged, &r);
+            float *merged = calloc(r.out_n, sizeof(float)), *apart = calloc(r.out_n, sizeof(float));
+            double *want = calloc(r.out_n, sizeof(double));
+            assert_true(merged && apart && want);
+            run_on_both(unmerged, &r, merged, apart);
+            for (size_t e = 0; e < r.out_n; e++)
+                want[e] = apart[e];
+            const chk_tolerance tight = {.atol = 1e-6, .rtol = 1e-5, .nmse = 1e-12};
+            chk_report rep;
+            if (!chk_compare(merged, FCL_DTYPE_F32, 1, r.out_n, r.out_n, want, tight, &rep))
+                fail_msg("case %zu: merged in the kernel and by the merge kernel differ at %zu of "
+                         "%zu, first %zu: %.9g vs %.9g", i, rep.bad, rep.checked, rep.first_bad,
+                         rep.got, rep.want);
+            free(merged), free(apart), free(want);
+        }
+        r.io.sinks = NULL;
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(unmerged);
+    fcl_context_destroy(portable);
+}
+
 /* c on the test context (softmax_nv where the device has it: the shape is one it takes) and
  * on the portable one, on the same input: each against the float64 reference
  * (run_softmax_case_on), and the two against each other. Without softmax_nv, the test
@@ -1066,6 +1122,7 @@ int main(void)
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_kv_decode_masked),
         cmocka_unit_test(test_kv_decode_direct),
+        cmocka_unit_test(test_kv_decode_merge_in_kernel),
         cmocka_unit_test(test_mma_kv_fixed_formats),
         cmocka_unit_test(test_kv_v_factor_range),
         cmocka_unit_test(test_fp8_e4m3_conversions),

@@ -730,68 +730,79 @@ static void test_mma_path_rules(void **state)
      * and key splits that make one wave of work-groups (4 a compute unit at head dim 64). */
     fcl_attention_desc rows = decode;
     rows.heads_q = 2, rows.dtype_q = rows.dtype_kv = FCL_DTYPE_BF16;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, 1, &l));
     assert_true(l.path == FCL_ATTENTION_PATH_MMA && l.gqa_rows && l.block_q == 16 &&
                 l.block_kv == 64 && l.work_group_size == 64);
     fcl_attention_desc engine = rows; /* B8 H32/8 at 8K keys, as rows: 64 steps */
     engine.batch = 8, engine.heads_q = engine.heads_kv = 8, engine.len_kv = 8192;
     engine.head_dim = engine.head_dim_v = 128;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, 1, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &engine, 1, 1, 1, 1, &l));
     assert_true(l.work == 64 && l.splits == 8); /* 132 * 4 / 64 rounded down, not 32 */
     /* K/V in 8-bit formats with f16 q: the 8-bit decode kernel (8 rows, 16 keys a warp, 2
      * warps, one wave of 6 work-groups a compute unit); switched off, the _kv build's rows */
     fcl_attention_desc coded = engine;
     coded.dtype_q = coded.dtype_kv = FCL_DTYPE_F16;
     coded.format_k = FCL_KV_Q8_0, coded.format_v = FCL_KV_FP8_E4M3;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l));
     assert_true(l.kv_decode && !l.kv_direct && l.gqa_rows && l.block_q == 8 &&
                 l.block_kv == 32 && l.work_group_size == 64 && l.mma_kind == FCL_MMA_F16 &&
                 l.splits == 12);
+    /* its splits merged in the kernel (the switch on), else by the merge kernel; one split
+     * needs no merge; the tensor-core kernel's rows keep the merge kernel */
+    assert_true(l.merge_in_kernel);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 0, &l) && l.kv_decode &&
+                !l.merge_in_kernel);
+    coded.kv_splits = 1;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode &&
+                l.splits == 1 && !l.merge_in_kernel);
+    coded.kv_splits = 0;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, 1, 1, &l) && !l.kv_decode &&
+                l.splits > 1 && !l.merge_in_kernel);
     /* int8 and fp8 K and V with f16 q: the direct build where the rows allow it (16-byte
      * rows, the switch on) at head dims 64 and 128, TOKEN scales or not */
     coded.format_k = FCL_KV_INT8;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_direct);
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_direct);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, 1, &l) && l.kv_decode &&
                 !l.kv_direct); /* rows not at multiples of 16 bytes, or the switch off */
     coded.scale_mode_v = FCL_KV_SCALE_TOKEN;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_direct);
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_direct);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, 1, &l) && l.kv_decode &&
                 !l.kv_direct);
     coded.dtype_q = FCL_DTYPE_F32; /* float32 q: the staged copies */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode &&
                 !l.kv_direct);
     coded.dtype_q = FCL_DTYPE_F16;
     coded.format_v = FCL_KV_FP8_E5M2, coded.head_dim = coded.head_dim_v = 256;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode &&
                 !l.kv_direct);
     coded.scale_mode_v = FCL_KV_SCALE_NONE, coded.head_dim = coded.head_dim_v = 64;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_direct);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_direct);
     coded.format_v = FCL_KV_Q8_0; /* a block format */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode &&
                 !l.kv_direct);
     coded.format_v = FCL_KV_FP8_E4M3, coded.head_dim = coded.head_dim_v = 128;
     coded.format_k = FCL_KV_Q8_0;
     coded.dtype_q = FCL_DTYPE_F32; /* float32 q: the kernel's f16q32 build */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode &&
                 l.mma_kind == FCL_MMA_F16_Q32 && l.block_q == 8);
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, 1, &l)); /* no _kv rows build for it */
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, 1, 1, &l)); /* no _kv rows build for it */
     coded.dtype_q = FCL_DTYPE_F16;
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, 1, &l));
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 0, 1, 1, &l));
     assert_true(!l.kv_decode && l.gqa_rows && l.block_q == 16);
     /* the 4- and 5-bit ggml formats too */
     static const fcl_kv_format nibbles[] = {FCL_KV_Q4_0, FCL_KV_Q4_1, FCL_KV_Q5_0, FCL_KV_Q5_1,
                                             FCL_KV_IQ4_NL};
     for (size_t i = 0; i < sizeof nibbles / sizeof nibbles[0]; i++) {
         coded.format_k = nibbles[i];
-        assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode);
+        assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
     }
     coded.mask_type = FCL_MASK_ADD_F16; /* under a mask too */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && l.kv_decode);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
     coded.mask_type = FCL_MASK_NONE;
     coded.format_k = FCL_KV_INT8, coded.head_dim = coded.head_dim_v = 96; /* not the bucket's */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && !l.kv_decode);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && !l.kv_decode);
     coded.head_dim = coded.head_dim_v = 128, coded.len_q = 9; /* more rows than 8 */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, &l) && !l.kv_decode);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && !l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0); /* the GQA rows: their _kv build */
     /* Prefill over K and V in one of the formats with builds of their own: that build; over
      * two formats, the _kv build */
@@ -807,12 +818,12 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_mma(&nv, &coded, 1, &l) && fcl_plan_mma_fixed(&coded, &l) == 0);
     assert_true(fcl_plan_attention_mma(&nv, &f16, 1, &l) && !l.gqa_rows);
     rows.dtype_q = rows.dtype_kv = FCL_DTYPE_F32; /* float32: the portable decode kernel */
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, &l));
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, 1, &l));
     rows.dtype_kv = FCL_DTYPE_F16; /* float32 q over f16 K and V: its build's rows */
-    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, &l) && l.gqa_rows &&
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, 1, &l) && l.gqa_rows &&
                 l.mma_kind == FCL_MMA_F16_Q32 && l.block_q == 16);
     rows.dtype_kv = FCL_DTYPE_BF16; /* other mixed storage */
-    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, &l));
+    assert_false(fcl_plan_attention_gqa_rows(&nv, &rows, 1, 1, 1, 1, &l));
 }
 
 /* The device table, and FLASHCL_TUNE's overrides on top of it. */
