@@ -528,7 +528,8 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * for the tile copies: one lookup a key for both (a block-table load where paged), made once
  * a tile rather than by each of the copies of a row, which then waited on it. The caller
  * orders the writes after the reads of the tile that used k_at and v_at before (a barrier
- * since its copies were issued) and before the reads (a barrier before the copies). */
+ * since its copies were issued) and before the reads (a barrier before the copies; for the
+ * TOKEN scales, copied, a wait for this work-item's copies before that barrier). */
 FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local ulong *v_at,
                                                   __local float *k_sc, __local float *v_sc,
                                                   const fa_params *p, const fa_io *io,
@@ -538,11 +539,11 @@ FCL_INLINE void FCL_CAT(fa_mma_tile_rows, FA_NAME)(__local ulong *k_at, __local 
         const fa_place at = fa_place_of(p, io, &s->k, k0 + t < end ? k0 + t : k0);
         k_at[t] = fa_row_at(&s->k, at);
         v_at[t] = fa_row_at(&s->v, at);
-#if FA_MMA_KV /* ... and the rows' TOKEN scales */
+#if FA_MMA_KV /* ... and the rows' TOKEN scales by cp.async, waited for with the tile's rows */
         if (p->flags & FA_FLAG_K_TOKEN_SCALES)
-            k_sc[t] = io->k_scales[fa_row_at(&s->ks, at)];
+            fa_mma_copy4(&k_sc[t], io->k_scales + fa_row_at(&s->ks, at), 4u);
         if (p->flags & FA_FLAG_V_TOKEN_SCALES)
-            v_sc[t] = io->v_scales[fa_row_at(&s->vs, at)];
+            fa_mma_copy4(&v_sc[t], io->v_scales + fa_row_at(&s->vs, at), 4u);
 #endif
     }
 }
