@@ -275,6 +275,21 @@ FCL_INLINE void fa_kvd_copy_scale(__local float *to, const fa_params *p, const f
     fa_mma_copy4(to, from, live ? 4u : 0u);
 }
 
+/* Lane `lane`'s row of chunk kb (lanes 0-15 K's row lane, 16-31 V's row lane - 16), looked up
+ * once for the lanes that copy it: its start in K's or V's buffer, where *live says it lies
+ * before the split's end (else the split's first row's start, whose weights are 0), and its
+ * TOKEN scale into scales[lane] by cp.async where the call has them (fa_kvd_copy_scale). */
+FCL_INLINE ulong fa_kvd_look_up(__local float *scales, const fa_params *p, const fa_io *io,
+                                const fa_work *w, ulong kb, uint lane, int *live)
+{
+    const uint r = lane % FA_KVD_KEYS;
+    const int v = lane >= FA_KVD_KEYS;
+    *live = kb + r < w->kv_end;
+    const fa_place at = fa_place_of(p, io, &w->s.k, *live ? kb + r : w->kv_begin);
+    fa_kvd_copy_scale(&scales[lane], p, io, &w->s, v, *live, at);
+    return fa_row_at(v ? &w->s.v : &w->s.k, at);
+}
+
 /* Split-KV without the merge kernel (FA_FLAG_MERGE_LAST): once the group has written its
  * split's partials of the rows q0 .. q0 + rows - 1, it counts itself in at merge_counts[set]
  * (set: the step's place among one split's steps); the group that counts last merges the
@@ -318,23 +333,22 @@ FCL_INLINE void fa_kvd_merge_if_last(const fa_params *p, const fa_io *io, const 
     float m = -INFINITY, l = 0.0f;
     for (ulong s = 0; s < splits; s++)
         m = fmax(m, row_ml[s].x);
-    for (ulong s = 0; s < splits; s++) /* all -inf: l and o are 0 (or NaN) */
-        l += row_ml[s].y * (m == -INFINITY ? 1.0f : exp(row_ml[s].x - m));
-    fa_params merged = *p;
-    merged.flags &= ~(uint)(FA_FLAG_PARTIAL | FA_FLAG_MERGE_LAST);
-    const fa_dest dst = fa_finish_row(&merged, io, w, w->q0 + r, m, l, part == 0);
     __global const float4 *po =
         (__global const float4 *)(io->partial_o + (first + r) * splits * FA_D) + part * (FA_D / 32);
     float4 o[FA_D / 32];
     #pragma unroll
     for (uint c = 0; c < FA_D / 32; c++)
         o[c] = (float4)(0.0f);
-    for (ulong s = 0; s < splits; s++) {
+    for (ulong s = 0; s < splits; s++) { /* all -inf: l and o are 0 (or NaN) */
         const float f = m == -INFINITY ? 1.0f : exp(row_ml[s].x - m);
+        l += row_ml[s].y * f;
         #pragma unroll
         for (uint c = 0; c < FA_D / 32; c++)
             o[c] = fma(po[s * (FA_D / 4) + c], (float4)(f), o[c]);
     }
+    fa_params merged = *p;
+    merged.flags &= ~(uint)(FA_FLAG_PARTIAL | FA_FLAG_MERGE_LAST);
+    const fa_dest dst = fa_finish_row(&merged, io, w, w->q0 + r, m, l, part == 0);
     #pragma unroll
     for (uint c = 0; c < FA_D / 32; c++) {
         const uint d = part * (FA_D / 8) + 4 * c;
@@ -351,7 +365,7 @@ FCL_INLINE void fa_kvd_merge_if_last(const fa_params *p, const fa_io *io, const 
  * lead[1][r] say how far into its slot), and their TOKEN scales into sc ([0] K's, [1] V's).
  * A row's last piece ends at the row's end or the buffer's (k_limit, v_limit), whichever
  * comes first; rows at or past the split's end become zeros (codes 0) with scale 0. The
- * warp's 32 rows (lanes 0-15 K's, 16-31 V's) are found once, into from and bytes, so that
+ * warp's 32 rows are found once (fa_kvd_look_up), into from and bytes, so that
  * each lane's pieces are constant places of the rows (lane + 32 i of a tensor's 16 rows of
  * FA_KVD_PIECES). A loop that stepped through each row's pieces (8 bytes each for q8_0's
  * rows) issued 2 to 4 times the instructions (ptxas, sm_90): H200, B8 H32/8 at 32K keys,
@@ -367,15 +381,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
                                               uint lane)
 {
     const uint r = lane % FA_KVD_KEYS;
-    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
+    const int v = lane >= FA_KVD_KEYS;
+    int live;
     fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read from and bytes */
-    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
-    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at), limit = v ? p->v_limit : p->k_limit;
-    const ulong boundary = start & ~(ulong)15;
+    const ulong start = fa_kvd_look_up(&sc[0][0], p, io, w, kb, lane, &live);
+    const ulong limit = v ? p->v_limit : p->k_limit, boundary = start & ~(ulong)15;
     from[lane] = boundary;
     bytes[lane] = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - boundary) : 0u;
     lead[v][r] = (uchar)(start % 16);
-    fa_kvd_copy_scale(&sc[v][r], p, io, &w->s, v, live, at);
     fa_kvd_sync_warp();
     #pragma unroll
     for (uint tensor = 0; tensor < 2; tensor++) {
@@ -757,21 +770,17 @@ FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global cons
  * k / 2 * 8 + 2t + k % 2 (FA_KVD_O_DIM's, at FA_KVD_V_AT). Where each lane copied its own V
  * words, a copy's 8 lanes of a row were 4 apart, which took each lane's 16 bytes as a sector
  * of its own and met a bank 8 times (Nsight Compute on the replay, H200, B8 H32/8 D128 at 32K
- * keys, int8: the L2 at 84% of its throughput). Each lane first looks up one row
- * (lanes 0-15 K's row lane, 16-31 V's row lane - 16), which the lanes that copy from it take by
- * shuffles, and copies that row's TOKEN scale to scale[lane] where the call has them
- * (fa_kvd_copy_scale); rows at or past the split's end read the split's first row (their
- * weights are 0). Every lane takes part. */
+ * keys, int8: the L2 at 84% of its throughput). Each lane first looks up one row and copies
+ * its TOKEN scale (fa_kvd_look_up), and the lanes that copy from the row take its start by
+ * shuffles. Every lane takes part. */
 FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], __local float *scale,
                                                    const fa_params *p, const fa_io *io,
                                                    const fa_work *w, ulong kb, uint lane)
 {
-    const uint g = lane / 4, t = lane % 4, r = lane % FA_KVD_KEYS;
-    const int v = lane >= FA_KVD_KEYS, live = kb + r < w->kv_end;
-    const fa_place at = fa_place_of(p, io, &w->s.k, live ? kb + r : w->kv_begin);
-    const ulong start = fa_row_at(v ? &w->s.v : &w->s.k, at);
+    const uint g = lane / 4, t = lane % 4;
+    int live;
+    const ulong start = fa_kvd_look_up(scale, p, io, w, kb, lane, &live);
     const uint lo = (uint)start, hi = (uint)(start >> 32);
-    fa_kvd_copy_scale(&scale[lane], p, io, &w->s, v, live, at);
     #pragma unroll
     for (uint nb = 0; nb < 2; nb++) {
         __global const uchar *row = FCL_CAT(fa_kvd_row_from, FA_NAME)(io->k, lo, hi, nb * 8 + g);
