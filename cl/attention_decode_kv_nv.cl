@@ -17,7 +17,8 @@
  * loads, the decoding and the products of a tile take turns. Here each
  * warp takes chunks of 16 keys on its own, with no barrier in the loop: its lanes copy the K
  * and V rows of the chunks ahead (FA_KVD_STAGES - 1 of them) into the warp's own local memory
- * by cp.async, 16 bytes a copy from the boundary before each row (fa_kvd_stage), while this
+ * by cp.async (asking the L2 for whole lines, fa_mma_copy16_line), 16 bytes a copy from the
+ * boundary before each row (fa_kvd_stage), while this
  * chunk's codes are read from there straight into mma fragments, exact
  * in f16 (as the _kv builds' codes). Both products put the 8 rows where they cost least:
  *   S = q K^T (m16n8k16; q's rows as A, rows 8-15 zero; K's codes as B): k-step 2b + h takes
@@ -404,8 +405,9 @@ FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uch
              * (H200, same call), though they read no byte */
             if (FA_KVD_KEYS * FA_KVD_PIECES % 32 == 0 || row < FA_KVD_KEYS) {
                 const int left = (int)bytes[at] - (int)(col * 16);
-                fa_mma_copy16(dst + row * FA_KVD_STRIDE + col * 16,
-                              src + from[at] + (left > 0 ? col * 16 : 0), (uint)clamp(left, 0, 16));
+                fa_mma_copy16_line(dst + row * FA_KVD_STRIDE + col * 16,
+                                   src + from[at] + (left > 0 ? col * 16 : 0),
+                                   (uint)clamp(left, 0, 16));
             }
         }
     }
@@ -786,7 +788,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], _
         __global const uchar *row = FCL_CAT(fa_kvd_row_from, FA_NAME)(io->k, lo, hi, nb * 8 + g);
         #pragma unroll
         for (uint j = 0; j < FA_D / 64; j++)
-            fa_mma_copy16(&slot[nb * (FA_D / 64) + j][lane], row + 64 * j + 16 * t, 16);
+            fa_mma_copy16_line(&slot[nb * (FA_D / 64) + j][lane], row + 64 * j + 16 * t, 16);
     }
     #pragma unroll
     for (uint i = 0; i < 4; i++) {
@@ -799,7 +801,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_copy_chunk, FA_NAME)(__local uint4 (*slot)[32], _
         if (FA_D == 64)
             fa_mma_copy8(to, row, 8);
         else
-            fa_mma_copy16(to, row, 16);
+            fa_mma_copy16_line(to, row, 16);
     }
 }
 

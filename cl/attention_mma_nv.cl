@@ -22,6 +22,8 @@
  *   FA_MMA_WARPS warps a work-group, FA_MMA_KWARPS of them a row tile (each taking its
  *               share of every key tile), FA_MMA_MT tiles of 16 query rows a warp and
  *               FA_MMA_BK keys a tile (by head dim and type: src/plan.c, fcl_plan_mma_shape)
+ *   FA_MMA_L2_LINES 1 where the K and V tiles' copies ask the L2 for whole 128-byte lines
+ *               (fa_mma_copy16_line: the GQA decoding builds), else 0
  *   FA_FEATURES the features compiled in (attention_args.h)
  *   FA_MMA_FORMAT_K, FA_MMA_FORMAT_V  in a _kv prefill build for one pair of formats, K's
  *               and V's (fcl_kv_format); 0 where the build reads them at run time
@@ -55,6 +57,18 @@ FCL_INLINE uint fa_mma_local_address(__local const void *p)
 FCL_INLINE void fa_mma_copy16(__local void *dst, __global const void *src, uint bytes)
 {
     __asm__ volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                     :
+                     : "r"(fa_mma_local_address(dst)), "l"(src), "r"(bytes)
+                     : "memory");
+}
+
+/* The same, asking the L2 for the whole 128-byte line around src (.L2::128B) where it has
+ * to fetch it from memory, for the kernels that stream the cache once (decoding): H200, B8
+ * H32/8 D128 at 32K keys, same call, int8 K/V 0.182-0.184 -> 0.175-0.176 ms, f16 0.284-0.288
+ * -> 0.277-0.279 (.L2::256B: int8 0.191-0.193). */
+FCL_INLINE void fa_mma_copy16_line(__local void *dst, __global const void *src, uint bytes)
+{
+    __asm__ volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;"
                      :
                      : "r"(fa_mma_local_address(dst)), "l"(src), "r"(bytes)
                      : "memory");
@@ -567,7 +581,11 @@ FCL_INLINE void FCL_CAT(fa_mma_load_tile, FA_NAME)(__local FA_MMA_ELEM (*tile)[F
         const uint row = row0 + i * (FA_MMA_THREADS / FA_MMA_ROW_CHUNKS);
         const int inside = row < rows_left && col < dim;
         __global const FA_MMA_ELEM *from = inside ? src + row_at[row] + col : src;
+#if FA_MMA_L2_LINES
+        fa_mma_copy16_line(&tile[row][col], from, inside ? 16 : 0);
+#else
         fa_mma_copy16(&tile[row][col], from, inside ? 16 : 0);
+#endif
     }
 }
 

@@ -513,10 +513,12 @@ int fcl_plan_mma_kind(const fcl_attention_desc *d);
 int fcl_mma_kind_f32(int kind);
 /* A tensor-core build's shape: warps a work-group (FA_MMA_WARPS), of which key_warps share
  * each row tile, a share of each key tile apiece (FA_MMA_KWARPS), tiles of 16 query rows a
- * warp (FA_MMA_MT) and keys a tile (FA_MMA_BK), for a head-dim bucket and kind, in the
- * prefill build or the GQA decoding build (gqa_rows: one row tile). */
+ * warp (FA_MMA_MT) and keys a tile (FA_MMA_BK), and whether its K and V copies ask the L2
+ * for whole 128-byte lines (FA_MMA_L2_LINES), for a head-dim bucket and kind, in the prefill
+ * build or the GQA decoding build (gqa_rows: one row tile). */
 typedef struct fcl_mma_shape {
     size_t warps, key_warps, row_tiles, block_kv;
+    int l2_lines;
 } fcl_mma_shape;
 fcl_mma_shape fcl_plan_mma_shape(int bucket, int kind, int gqa_rows, int kv);
 /* Whether the kind has a build for the bucket, in the prefill build or the GQA build

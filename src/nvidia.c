@@ -51,16 +51,19 @@ static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int k
                     "#define FA_MMA_F32 %d\n#define FA_MMA_SPLIT %d\n#define FA_MMA_Q32 %d\n"
                     "#define FA_MMA_WARPS %zu\n"
                     "#define FA_MMA_KWARPS %zu\n#define FA_MMA_MT %zu\n#define FA_MMA_BK %zu\n"
-                    "#define FA_FEATURES 0x%xu\n#define FA_MMA_FORMAT_K %d\n#define FA_MMA_FORMAT_V %d\n"
+                    "#define FA_MMA_L2_LINES %d\n#define FA_FEATURES 0x%xu\n"
+                    "#define FA_MMA_FORMAT_K %d\n#define FA_MMA_FORMAT_V %d\n"
                     "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_NAME\n#undef FA_D\n"
                     "#undef FA_MMA_T\n#undef FA_MMA_F32\n#undef FA_MMA_SPLIT\n#undef FA_MMA_Q32\n"
                     "#undef FA_MMA_WARPS\n"
-                    "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_FEATURES\n"
+                    "#undef FA_MMA_KWARPS\n#undef FA_MMA_MT\n#undef FA_MMA_BK\n#undef FA_MMA_L2_LINES\n"
+                    "#undef FA_FEATURES\n"
                     "#undef FA_MMA_FORMAT_K\n#undef FA_MMA_FORMAT_V\n",
                  name + strlen("attention_"), fcl_attention_bucket_dim(bucket),
                  f32 ? "tf32" : q32 ? "f16" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, q32,
                  sh.warps,
-                 sh.key_warps, sh.row_tiles, sh.block_kv, kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
+                 sh.key_warps, sh.row_tiles, sh.block_kv, sh.l2_lines,
+                 kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
                  format, format, fcl_cl_attention_mma_nv);
 }
 
