@@ -353,6 +353,23 @@ chk_tolerance attention_run_tolerance(const attention_run *r)
     return tol;
 }
 
+double *attention_out_sizes(const attention_run *r)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    double *sizes = calloc(r->out_n + 1, sizeof(double));
+    double *row = malloc(d.head_dim_v * sizeof(double)), lse;
+    assert_true(sizes && row);
+    for (size_t b = 0; b < d.batch; b++)
+        for (size_t h = 0; h < d.heads_q; h++)
+            for (size_t i = 0; i < chk_attention_locate(&d, &r->io, b).len_q; i++) {
+                const size_t at = chk_attention_q_at(&d, &r->io, 1, b, h, i);
+                assert_true(at + d.head_dim_v <= r->out_n);
+                chk_attention_row_sized(&d, &r->io, b, h, i, row, sizes + at, &lse);
+            }
+    free(row);
+    return sizes;
+}
+
 void check_attention_run_on(fcl_context *ctx, attention_run *r)
 {
     const fcl_attention_desc d = chk_attention_defaults(r->d);
@@ -386,8 +403,9 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
         rows += chk_attention_locate(&d, &io, b).len_q * d.heads_q;
     double *got = calloc(rows * d.head_dim_v + 1, sizeof(double));
     double *want = calloc(rows * d.head_dim_v + 1, sizeof(double));
+    double *sizes = calloc(rows * d.head_dim_v + 1, sizeof(double));
     double *got_lse = calloc(rows + 1, sizeof(double)), *want_lse = calloc(rows + 1, sizeof(double));
-    assert_true(got && want && got_lse && want_lse);
+    assert_true(got && want && sizes && got_lse && want_lse);
     size_t n = 0;
     for (size_t b = 0; b < d.batch; b++) {
         const chk_attention_where w = chk_attention_locate(&d, &io, b);
@@ -399,7 +417,8 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
                     got[n * d.head_dim_v + e] = chk_load(out, d.dtype_o, at + e);
                     written[at + e] = 1;
                 }
-                chk_attention_row_io(&d, &io, b, h, i, want + n * d.head_dim_v, &want_lse[n]);
+                chk_attention_row_sized(&d, &io, b, h, i, want + n * d.head_dim_v,
+                                        sizes + n * d.head_dim_v, &want_lse[n]);
                 if (r->lse_n) {
                     size_t li = lse_index(r, &w, b, h, i);
                     assert_true(li < r->lse_n);
@@ -411,7 +430,7 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
             }
     }
     chk_report rep;
-    if (!chk_compare_values(got, want, rows * d.head_dim_v, attention_run_tolerance(r), &rep))
+    if (!chk_compare_sized(got, want, sizes, rows * d.head_dim_v, attention_run_tolerance(r), &rep))
         fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
                  "(%zu, %zu) page %zu types %d%d%d formats %d/%d scales %d/%d splits %zu: %zu of "
                  "%zu off, first %zu (row %zu) "
@@ -441,7 +460,7 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
     if (vs0)
         assert_memory_equal(vs0, r->io.v_scales, r->vs_n * sizeof(float));
     free(q0), free(k0), free(v0), free(m0), free(ks0), free(vs0), free(out), free(lse), free(written);
-    free(lse_written), free(got), free(want), free(got_lse), free(want_lse);
+    free(lse_written), free(got), free(want), free(sizes), free(got_lse), free(want_lse);
 }
 
 /* Contiguous q, k, v (in layout, with capacities len_q and len_kv) and out, lse for r->d. */

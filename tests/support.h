@@ -92,6 +92,9 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r); /* the same on 
 /* The tolerance r's outputs are held to: chk_attention_tolerance's, the per-element part
  * times r->out_size (an output twice as large may be twice as far off). */
 chk_tolerance attention_run_tolerance(const attention_run *r);
+/* The sizes of the terms each element of r's out sums (chk_attention_row_sized), at out's
+ * places (0 elsewhere): out_n doubles, malloc'd, for chk_compare_sized. */
+double *attention_out_sizes(const attention_run *r);
 /* n random values of type t (malloc'd, never NULL). */
 void *test_tensor(size_t n, fcl_dtype t);
 /* Contiguous q, k, v (in layout, capacities len_q and len_kv), out and lse for r->d. */

@@ -82,17 +82,17 @@ static void check_both(fcl_context *portable, attention_run *r, fcl_attention_pa
         return; /* both contexts run the same portable kernels: one check says it all */
     check_attention_run_on(portable, r);
     float *fast = calloc(r->out_n, sizeof(float)), *slow = calloc(r->out_n, sizeof(float));
-    double *want = calloc(r->out_n, sizeof(double));
-    assert_true(fast && slow && want && d.dtype_o == FCL_DTYPE_F32);
+    double *got = calloc(r->out_n, sizeof(double)), *want = calloc(r->out_n, sizeof(double));
+    double *sizes = attention_out_sizes(r);
+    assert_true(fast && slow && got && want && d.dtype_o == FCL_DTYPE_F32);
     run_on_both(portable, r, fast, slow);
     for (size_t e = 0; e < r->out_n; e++)
-        want[e] = slow[e];
+        got[e] = fast[e], want[e] = slow[e];
     chk_report rep;
-    if (!chk_compare(fast, FCL_DTYPE_F32, 1, r->out_n, r->out_n, want, attention_run_tolerance(r),
-                     &rep))
+    if (!chk_compare_sized(got, want, sizes, r->out_n, attention_run_tolerance(r), &rep))
         fail_msg("fast and portable paths differ: %zu of %zu, first %zu: %.7g vs %.7g",
                  rep.bad, rep.checked, rep.first_bad, rep.got, rep.want);
-    free(fast), free(slow), free(want);
+    free(fast), free(slow), free(got), free(want), free(sizes);
 }
 
 /* The path is used where the device has it and says why not elsewhere; switched off, it is

@@ -83,6 +83,12 @@ void chk_attention_row(const fcl_attention_desc *d, const void *q, const void *k
  * key gives 0 and lse = sink. */
 void chk_attention_row_io(const fcl_attention_desc *d, const fcl_attention_host_io *io, size_t b,
                           size_t h, size_t i, double *out_row, double *lse);
+/* ... and the sizes of the terms each output element sums: sizes[e] = the sum over keys of
+ * weight times |v[e]|, at least |out_row[e]| (what a rounding of each weight, relative to it,
+ * moves the element by, where the terms cancel and the element is small). */
+void chk_attention_row_sized(const fcl_attention_desc *d, const fcl_attention_host_io *io,
+                             size_t b, size_t h, size_t i, double *out_row, double *sizes,
+                             double *lse);
 /* Sequence b's lengths and first packed rows. */
 typedef struct chk_attention_where {
     size_t len_q, len_kv, q_start, kv_start;
@@ -120,6 +126,10 @@ int chk_compare(const void *got, fcl_dtype t, size_t rows, size_t cols, size_t s
 /* Compares n plain values with the same rules. */
 int chk_compare_values(const double *got, const double *want, size_t n, chk_tolerance tol,
                        chk_report *rep);
+/* ... with rtol relative to sizes[i] (chk_attention_row_sized's) instead of |want[i]|
+ * (sizes NULL: |want[i]|, as chk_compare_values). */
+int chk_compare_sized(const double *got, const double *want, const double *sizes, size_t n,
+                      chk_tolerance tol, chk_report *rep);
 /* lse within 1e-5 relative (absolute below magnitude 1), exact for inf/NaN. */
 int chk_compare_lse(const float *got, const double *want, size_t n, chk_report *rep);
 
