@@ -370,6 +370,15 @@ double *attention_out_sizes(const attention_run *r)
     return sizes;
 }
 
+/* The path fcl_attention_plan names for d on ctx, for a failure's message ("?" where the plan
+ * fails), so that it says which kernels were off. */
+static const char *planned_path(fcl_context *ctx, const fcl_attention_desc *d)
+{
+    fcl_attention_plan_info info;
+    return fcl_attention_plan(ctx, d, &info) == FCL_SUCCESS ? fcl_attention_path_name(info.path)
+                                                            : "?";
+}
+
 void check_attention_run_on(fcl_context *ctx, attention_run *r)
 {
     const fcl_attention_desc d = chk_attention_defaults(r->d);
@@ -432,17 +441,19 @@ void check_attention_run_on(fcl_context *ctx, attention_run *r)
     chk_report rep;
     if (!chk_compare_sized(got, want, sizes, rows * d.head_dim_v, attention_run_tolerance(r), &rep))
         fail_msg("B%zu Hq%zu Hkv%zu Lq%zu Lkv%zu D%zu/%zu causal %d mask %d softcap %g window %d "
-                 "(%zu, %zu) page %zu types %d%d%d formats %d/%d scales %d/%d splits %zu: %zu of "
-                 "%zu off, first %zu (row %zu) "
+                 "(%zu, %zu) page %zu types %d%d%d formats %d/%d scales %d/%d splits %zu, path %s: "
+                 "%zu of %zu off, first %zu (row %zu) "
                  "got %.7g want %.7g, max|err| %.3g NMSE %.3g",
                  d.batch, d.heads_q, d.heads_kv, d.len_q, d.len_kv, d.head_dim, d.head_dim_v,
                  d.causal, d.mask_type, (double)d.softcap, d.window, d.window_left, d.window_right,
                  d.page_size, d.dtype_q, d.dtype_kv, d.dtype_o, d.format_k, d.format_v,
-                 d.scale_mode_k, d.scale_mode_v, d.kv_splits, rep.bad, rep.checked,
+                 d.scale_mode_k, d.scale_mode_v, d.kv_splits, planned_path(ctx, &r->d), rep.bad,
+                 rep.checked,
                  rep.first_bad, rep.first_bad / d.head_dim_v, rep.got, rep.want, rep.max_abs_err,
                  rep.nmse);
     if (!chk_compare_values(got_lse, want_lse, rows, chk_attention_lse_tolerance(&d), &rep))
-        fail_msg("lse row %zu: got %.9g want %.9g", rep.first_bad, rep.got, rep.want);
+        fail_msg("lse row %zu (path %s): got %.9g want %.9g", rep.first_bad,
+                 planned_path(ctx, &r->d), rep.got, rep.want);
     for (size_t e = 0; e < r->out_n; e++)
         if (!written[e] && chk_load(out, d.dtype_o, e) != ATTENTION_SENTINEL)
             fail_msg("out[%zu], outside out's view, was written (%g)", e,
