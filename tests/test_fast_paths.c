@@ -67,6 +67,25 @@ static void run_on_both(fcl_context *portable, const attention_run *r, float *fa
     assert_int_equal(fcl_attention_run_host(portable, &r->d, &io), FCL_SUCCESS);
 }
 
+/* r's float32 output on the test context against its output on other, within tol (rtol
+ * relative to sizes[e] where sizes is given, else to |want|: chk_compare_sized); what names
+ * the two in the failure's message. */
+static void check_agree(fcl_context *other, const attention_run *r, const double *sizes,
+                        chk_tolerance tol, const char *what)
+{
+    float *mine = calloc(r->out_n, sizeof(float)), *theirs = calloc(r->out_n, sizeof(float));
+    double *got = calloc(r->out_n, sizeof(double)), *want = calloc(r->out_n, sizeof(double));
+    assert_true(mine && theirs && got && want);
+    run_on_both(other, r, mine, theirs);
+    for (size_t e = 0; e < r->out_n; e++)
+        got[e] = mine[e], want[e] = theirs[e];
+    chk_report rep;
+    if (!chk_compare_sized(got, want, sizes, r->out_n, tol, &rep))
+        fail_msg("%s differ: %zu of %zu, first %zu: %.9g vs %.9g", what, rep.bad, rep.checked,
+                 rep.first_bad, rep.got, rep.want);
+    free(mine), free(theirs), free(got), free(want);
+}
+
 /* r on both contexts, each against the reference, and the two outputs against each other
  * (float32 out, the storage types' tolerance); fast_path: the path r takes where the device has
  * the NVIDIA kernels. Elsewhere, the paths, and the test context against the reference. */
@@ -81,18 +100,10 @@ static void check_both(fcl_context *portable, attention_run *r, fcl_attention_pa
     if (!mma_expected())
         return; /* both contexts run the same portable kernels: one check says it all */
     check_attention_run_on(portable, r);
-    float *fast = calloc(r->out_n, sizeof(float)), *slow = calloc(r->out_n, sizeof(float));
-    double *got = calloc(r->out_n, sizeof(double)), *want = calloc(r->out_n, sizeof(double));
+    assert_true(d.dtype_o == FCL_DTYPE_F32);
     double *sizes = attention_out_sizes(r);
-    assert_true(fast && slow && got && want && d.dtype_o == FCL_DTYPE_F32);
-    run_on_both(portable, r, fast, slow);
-    for (size_t e = 0; e < r->out_n; e++)
-        got[e] = fast[e], want[e] = slow[e];
-    chk_report rep;
-    if (!chk_compare_sized(got, want, sizes, r->out_n, attention_run_tolerance(r), &rep))
-        fail_msg("fast and portable paths differ: %zu of %zu, first %zu: %.7g vs %.7g",
-                 rep.bad, rep.checked, rep.first_bad, rep.got, rep.want);
-    free(fast), free(slow), free(got), free(want), free(sizes);
+    check_agree(portable, r, sizes, attention_run_tolerance(r), "fast and portable paths");
+    free(sizes);
 }
 
 /* The path is used where the device has it and says why not elsewhere; switched off, it is
@@ -1008,19 +1019,10 @@ static void test_kv_decode_merge_in_kernel(void **state)
         check_kv_both(portable, &r, FCL_ATTENTION_PATH_MMA);
         if (mma_expected()) {
             check_attention_run_on(unmerged, &r);
-            float *merged = calloc(r.out_n, sizeof(float)), *apart = calloc(r.out_n, sizeof(float));
-            double *want = calloc(r.out_n, sizeof(double));
-            assert_true(merged && apart && want);
-            run_on_both(unmerged, &r, merged, apart);
-            for (size_t e = 0; e < r.out_n; e++)
-                want[e] = apart[e];
             const chk_tolerance tight = {.atol = 1e-6, .rtol = 1e-5, .nmse = 1e-12};
-            chk_report rep;
-            if (!chk_compare(merged, FCL_DTYPE_F32, 1, r.out_n, r.out_n, want, tight, &rep))
-                fail_msg("case %zu: merged in the kernel and by the merge kernel differ at %zu of "
-                         "%zu, first %zu: %.9g vs %.9g", i, rep.bad, rep.checked, rep.first_bad,
-                         rep.got, rep.want);
-            free(merged), free(apart), free(want);
+            char what[80];
+            snprintf(what, sizeof what, "case %zu: merged in the kernel and by the merge kernel", i);
+            check_agree(unmerged, &r, NULL, tight, what);
         }
         r.io.sinks = NULL;
         kv_free_run(&r);
