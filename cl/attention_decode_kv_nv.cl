@@ -361,55 +361,63 @@ FCL_INLINE void fa_kvd_merge_if_last(const fa_params *p, const fa_io *io, const 
 }
 #endif /* FA_KVD_HELPERS */
 
+/* The start of the row that lane `from` looked up (fa_kvd_look_up) in buffer src. */
+FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global const void *src,
+                                                                   uint lo, uint hi, uint from)
+{
+    return (__global const uchar *)src +
+           (fa_mma_shuffle_from(lo, from) | (ulong)fa_mma_shuffle_from(hi, from) << 32);
+}
+
 /* Copies chunk kb's K and V rows into k_dst and v_dst in 16-byte pieces from the 16-byte
  * boundary at or before each row's start (rows start at multiples of 4: lead[0][r] and
  * lead[1][r] say how far into its slot), and their TOKEN scales into sc ([0] K's, [1] V's).
  * A row's last piece ends at the row's end or the buffer's (k_limit, v_limit), whichever
- * comes first; rows at or past the split's end become zeros (codes 0) with scale 0. The
- * warp's 32 rows are found once (fa_kvd_look_up), into from and bytes, so that
- * each lane's pieces are constant places of the rows (lane + 32 i of a tensor's 16 rows of
- * FA_KVD_PIECES). A loop that stepped through each row's pieces (8 bytes each for q8_0's
- * rows) issued 2 to 4 times the instructions (ptxas, sm_90): H200, B8 H32/8 at 32K keys,
- * q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248. Lanes 2r and 2r + 1 taking row r (each lane's
- * row looked up once: 171 instructions a chunk against 251 for q8_0) ran slower for 8-bit
- * rows (same call: q8_0 0.324 -> 0.358 ms, int8 0.249 -> 0.295; q4_0 0.304 -> 0.277). */
+ * comes first; rows at or past the split's end become zeros (codes 0) with scale 0. Lane
+ * 8i + r looks up row 8i + r of the 32 (K's 16, then V's; fa_kvd_look_up), and lanes 4g ..
+ * 4g + 3 copy row 8i + g of each group i, 4 neighbouring pieces a round, from the row's
+ * boundary and bytes they take by shuffles: FA_KVD_PIECES pieces a row, those past its bytes
+ * as zeros (no branch). The lanes that took pieces lane + 32 i of a tensor's 16 rows, each
+ * piece's row read from local memory, issued 320 of q8_0's 1026 instructions a chunk (the
+ * replay's profile); against them (H200, B8 H32/8 at 32K keys, one call, two rounds, ms):
+ * q4_0 D128 0.253-0.259 -> 0.239-0.240, D64 0.183-0.186 -> 0.175-0.176, q8_0 D128
+ * 0.268-0.271 -> 0.262-0.267, D64 0.186 -> 0.177-0.181, int8 (staged) 0.205-0.212 ->
+ * 0.190-0.192; q8_0 paged 16 0.279-0.284 -> 0.289-0.295. Whole rows in 8-byte copies
+ * (cp.async.ca) from their starts, so that no read adds a lead, took q8_0 to 0.323-0.327;
+ * the pieces past a row's bytes left out (a branch each), to 0.281-0.284. A loop that stepped
+ * through each row's pieces (8 bytes each for q8_0's rows) issued 2 to 4 times the
+ * instructions (ptxas, sm_90): q8_0 0.399 -> 0.305 ms, int8 0.272 -> 0.248. Lanes 2r and
+ * 2r + 1 taking row r ran slower for 8-bit rows (q8_0 0.324 -> 0.358 ms, int8 0.249 ->
+ * 0.295; q4_0 0.304 -> 0.277). */
 FCL_INLINE void FCL_CAT(fa_kvd_stage, FA_NAME)(__local uchar *k_dst, __local uchar *v_dst,
                                               __local uchar (*lead)[FA_KVD_KEYS],
                                               __local float (*sc)[FA_KVD_KEYS],
-                                              __local ulong *from, __local uint *bytes,
                                               const fa_params *p, const fa_io *io,
                                               const fa_work *w, ulong kb, uint rb_k, uint rb_v,
                                               uint lane)
 {
-    const uint r = lane % FA_KVD_KEYS;
+    const uint g = lane / 4, t = lane % 4, r = lane % FA_KVD_KEYS;
     const int v = lane >= FA_KVD_KEYS;
     int live;
-    fa_kvd_sync_warp(); /* every lane's copies of the last chunk have read from and bytes */
     const ulong start = fa_kvd_look_up(&sc[0][0], p, io, w, kb, lane, &live);
     const ulong limit = v ? p->v_limit : p->k_limit, boundary = start & ~(ulong)15;
-    from[lane] = boundary;
-    bytes[lane] = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - boundary) : 0u;
+    const uint in = live ? (uint)(min(start + (v ? rb_v : rb_k), limit) - boundary) : 0u;
     lead[v][r] = (uchar)(start % 16);
-    fa_kvd_sync_warp();
+    const uint lo = (uint)boundary, hi = (uint)(boundary >> 32);
     #pragma unroll
-    for (uint tensor = 0; tensor < 2; tensor++) {
-        __global const uchar *src = (__global const uchar *)(tensor ? io->v : io->k);
-        __local uchar *dst = tensor ? v_dst : k_dst;
+    for (uint i = 0; i < 4; i++) {
+        const uint row = 8 * i + g; /* looked up by lane `row` */
+        __global const uchar *src =
+            FCL_CAT(fa_kvd_row_from, FA_NAME)(i < 2 ? io->k : io->v, lo, hi, row) + 16 * t;
+        __local uchar *dst = (i < 2 ? k_dst : v_dst) + (row % 16) * FA_KVD_STRIDE + 16 * t;
+        const int left = (int)fa_mma_shuffle_from(in, row) - (int)(16 * t);
         #pragma unroll
-        for (uint i = 0; i < (FA_KVD_KEYS * FA_KVD_PIECES + 31) / 32; i++) {
-            const uint piece = lane + 32 * i, row = piece / FA_KVD_PIECES;
-            const uint col = piece - row * FA_KVD_PIECES, at = tensor * FA_KVD_KEYS + row;
-            /* every piece, those past the row's bytes as zeros (no branch: the copies are
-             * much of what the loop issues), read from the row's own first piece: where
-             * every empty copy named the buffer's start, int8 ran 4% slower and q4_0 6%
-             * (H200, same call), though they read no byte */
-            if (FA_KVD_KEYS * FA_KVD_PIECES % 32 == 0 || row < FA_KVD_KEYS) {
-                const int left = (int)bytes[at] - (int)(col * 16);
-                fa_mma_copy16_line(dst + row * FA_KVD_STRIDE + col * 16,
-                                   src + from[at] + (left > 0 ? col * 16 : 0),
-                                   (uint)clamp(left, 0, 16));
+        for (uint j = 0; j < (FA_KVD_PIECES + 3) / 4; j++)
+            if (4 * j + t < FA_KVD_PIECES) { /* every piece, those past the row as zeros */
+                const int bytes_j = left - (int)(64 * j);
+                fa_mma_copy16_line(dst + 64 * j, src + (bytes_j > 0 ? 64 * j : 0),
+                                   (uint)clamp(bytes_j, 0, 16));
             }
-        }
     }
 }
 
@@ -757,14 +765,6 @@ FCL_INLINE void FCL_CAT(fa_kvd_add, FA_NAME)(float (*o)[4], const float (*pw)[2]
     }
 }
 
-/* The start of the row that lane `from` looked up (fa_kvd_copy_chunk) in buffer src. */
-FCL_INLINE __global const uchar *FCL_CAT(fa_kvd_row_from, FA_NAME)(__global const void *src,
-                                                                   uint lo, uint hi, uint from)
-{
-    return (__global const uchar *)src +
-           (fa_mma_shuffle_from(lo, from) | (ulong)fa_mma_shuffle_from(hi, from) << 32);
-}
-
 /* Chunk kb's codes into the slots of the lanes that multiply them (16 bytes each) by
  * cp.async: this lane's K, 16-byte pieces of key 8 nb + g at 64 j + 16 t (the dims
  * FA_KVD_Q_DIM's), each copy's 4 lanes reading 64 bytes of a row in a row; then V's rows, each
@@ -830,9 +830,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_take_chunk, FA_NAME)(uint (*kx)[FA_KVD_MT], uint 
 
 /* Chunk kb's copies into buffer i (of every warp's FA_KVD_S) of stage, where kb is inside the
  * split: direct, the codes into the lanes' slots (fa_kvd_copy_chunk); else the rows, staged
- * (fa_kvd_stage: K's then V's FA_KVD_CHUNK bytes; row_from and row_bytes [warp]'s). */
-FCL_INLINE void FCL_CAT(fa_kvd_fill, FA_NAME)(__local uchar *stage, __local ulong (*row_from)[32],
-                                             __local uint (*row_bytes)[32], uint warp,
+ * (fa_kvd_stage: K's then V's FA_KVD_CHUNK bytes). */
+FCL_INLINE void FCL_CAT(fa_kvd_fill, FA_NAME)(__local uchar *stage,
                                              __local uchar (*lead)[2][FA_KVD_KEYS],
                                              __local float (*token_sc)[2][FA_KVD_KEYS],
                                              const fa_params *p, const fa_io *io, const fa_work *w,
@@ -846,9 +845,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_fill, FA_NAME)(__local uchar *stage, __local ulon
                                             kb, lane);
     } else {
         __local uchar *k_dst = stage + (ulong)i * 2 * FA_KVD_CHUNK;
-        FCL_CAT(fa_kvd_stage, FA_NAME)(k_dst, k_dst + FA_KVD_CHUNK, lead[i], token_sc[i],
-                                       row_from[warp], row_bytes[warp], p, io, w, kb, rb_k, rb_v,
-                                       lane);
+        FCL_CAT(fa_kvd_stage, FA_NAME)(k_dst, k_dst + FA_KVD_CHUNK, lead[i], token_sc[i], p, io, w,
+                                       kb, rb_k, rb_v, lane);
     }
 }
 
@@ -865,11 +863,10 @@ typedef struct {
 /* The kernel (direct: the _direct build's copies; else the staged rows'): q's fragments, each
  * warp's chunks, and the warps' states merged. stage: the staged chunks ([warp][chunk][K, V],
  * FA_KVD_CHUNK bytes each), or (direct) the lanes' slots (FA_KVD_SLOTS_OF); after the loop,
- * the warps' o. token_sc: the chunks' TOKEN scales ([warp][chunk]); row_from, row_bytes and
- * lead: the staged build's. */
+ * the warps' o. token_sc: the chunks' TOKEN scales ([warp][chunk]); lead: the staged rows'
+ * places in their slots. */
 FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io, int direct,
-                                            __local uchar *stage, __local ulong (*row_from)[32],
-                                            __local uint (*row_bytes)[32],
+                                            __local uchar *stage,
                                             __local uchar (*lead)[2][FA_KVD_KEYS],
                                             __local float (*token_sc)[2][FA_KVD_KEYS],
                                             __local fa_kvd_shared *sh)
@@ -965,15 +962,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
         uint buf = 0;
         #pragma unroll
         for (uint i = 0; i + 1 < FA_KVD_S; i++) {
-            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, row_from, row_bytes, warp, lead, token_sc, p,
-                                          io, &w, kb + i * stride, warp * FA_KVD_S + i, rb_k, rb_v,
-                                          direct, lane);
+            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, lead, token_sc, p, io, &w, kb + i * stride,
+                                          warp * FA_KVD_S + i, rb_k, rb_v, direct, lane);
             fa_mma_copies_commit();
         }
         for (; kb < w.kv_end; kb += stride, buf = buf + 1 == FA_KVD_S ? 0 : buf + 1) {
             const uint ahead_buf = buf == 0 ? FA_KVD_S - 1 : buf - 1; /* the last one used */
-            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, row_from, row_bytes, warp, lead, token_sc, p,
-                                          io, &w, kb + (FA_KVD_S - 1) * stride,
+            FCL_CAT(fa_kvd_fill, FA_NAME)(stage, lead, token_sc, p, io, &w,
+                                          kb + (FA_KVD_S - 1) * stride,
                                           warp * FA_KVD_S + ahead_buf, rb_k, rb_v, direct, lane);
             fa_mma_copies_commit();
 #if FA_KVD_S == 3 /* this chunk's bytes are in */
@@ -1052,12 +1048,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;
     __local uchar stage[FA_KVD_W * FA_KVD_S * 2 * FA_KVD_CHUNK] __attribute__((aligned(16)));
-    __local ulong row_from[FA_KVD_W][32];
-    __local uint row_bytes[FA_KVD_W][32];
     __local uchar lead[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
     __local float token_sc[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
     __local fa_kvd_shared sh;
-    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 0, stage, row_from, row_bytes, lead, token_sc, &sh);
+    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 0, stage, lead, token_sc, &sh);
 }
 
 /* The direct build (f16 q, head dims up to 128; float32 q's, where an earlier direct build held
@@ -1076,7 +1070,7 @@ void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
     __local uchar slots[FA_KVD_W * FA_KVD_S * FA_KVD_SLOTS * 512] __attribute__((aligned(16)));
     __local float token_sc[FA_KVD_W * FA_KVD_S][2][FA_KVD_KEYS];
     __local fa_kvd_shared sh;
-    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 1, slots, NULL, NULL, NULL, token_sc, &sh);
+    FCL_CAT(fa_kvd_run, FA_NAME)(p, io, 1, slots, NULL, token_sc, &sh);
 }
 #endif
 
