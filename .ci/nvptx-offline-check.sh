@@ -29,7 +29,8 @@ kernels="attention_decode_nv_d64 attention_decode_nv_d64_all attention_decode_nv
   attention_decode_nv_d256 attention_decode_nv_d256_all
   softmax_nv8_f32 softmax_nv16_f32 softmax_nv8_f16 softmax_nv8_bf16 fcl_mma_check
   attention_kvdec_d64 attention_kvdec_d128 attention_kvdec_d256
-  attention_kvdec_q32_d64 attention_kvdec_q32_d128 attention_kvdec_q32_d256"
+  attention_kvdec_q32_d64 attention_kvdec_q32_d128 attention_kvdec_q32_d256
+  attention_kvdec_d64_q8_0 attention_kvdec_d128_q8_0 attention_kvdec_d256_q8_0"
 for t in f32 f16 bf16; do
   kernels="$kernels softmax_nv_online_$t softmax_nv_split_stats_$t softmax_nv_split_write_$t"
 done

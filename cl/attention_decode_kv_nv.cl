@@ -5,13 +5,17 @@
  * which serve every other coded call (and are its reference with the portable kernels); the
  * planner picks it (src/plan.c, fcl_plan_attention_gqa_rows).
  * Compiled per head-dim bucket after attention_mma_nv.cl (its PTX helpers), with
- *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128)
+ *   FA_NAME     kernel name suffix (kvdec_d128, kvdec_q32_d128, kvdec_d128_q4_0)
  *   FA_D        head_dim and head_dim_v (64, 128 or 256)
  *   FA_KVD_Q32  1 for float32 q: its big f16 parts are the A fragments' rows 0-7 and its
  *               small parts (fa_mma_split_f16) rows 8-15, so that S's accumulator holds both
  *               products (no more mma than f16's); P too is split, two products of V where
  *               one was (float32's accuracy); 0 for f16 q
  *   FA_FEATURES the features compiled in (FA_FEATURES_KV)
+ *   FA_KVD_FORMAT in a build for one format of K and V both (src/plan.c's
+ *               fcl_plan_mma_fixed), that format (fcl_kv_format), a constant, so that no
+ *               other format's code is compiled in (H200: 6-18% faster, kv_decode_fixed_pays);
+ *               such a build has no direct kernel. 0 where the formats are read at run time
  *
  * The _kv builds decode each tile in local memory between work-group barriers, so that the
  * loads, the decoding and the products of a tile take turns. Here each
@@ -49,6 +53,9 @@
  * (FA_FLAG_MERGE_LAST), instead of the merge kernel. */
 #ifndef FA_KVD_Q32
 #define FA_KVD_Q32 0
+#endif
+#ifndef FA_KVD_FORMAT
+#define FA_KVD_FORMAT 0
 #endif
 #define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
@@ -878,7 +885,8 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
     const uint lid = get_local_id(0), warp = lid / 32, lane = lid % 32, g = lane / 4, t = lane % 4;
     const ulong steps = (ulong)p->q_tiles * p->batch * p->heads_q * p->splits;
     const uint rb_k = (uint)fa_row_units(p, 0), rb_v = (uint)fa_row_units(p, 1);
-    const uint fk = p->format_k, fv = p->format_v;
+    const uint fk = FA_KVD_FORMAT ? FA_KVD_FORMAT : p->format_k;
+    const uint fv = FA_KVD_FORMAT ? FA_KVD_FORMAT : p->format_v;
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
         const fa_work w = fa_locate(p, io, step, FA_KVD_ROWS, 1);
@@ -1059,7 +1067,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
  * against the staged build's 0.223; not tried since): int8 and fp8 K and V, rows at
  * multiples of 16 bytes (the planner's kv_direct_takes). slots: the lanes' (then the warps'
  * o). */
-#if FA_KVD_DIRECT_BUILT(FA_KVD_Q32, FA_D)
+#if FA_KVD_DIRECT_BUILT(FA_KVD_Q32, FA_D) && !FA_KVD_FORMAT
 #if FA_KVD_W * FA_KVD_ROWS * FA_D * 4 > FA_KVD_W * FA_KVD_S * FA_KVD_SLOTS * 512
 #error "the direct build's slots do not hold the warps' o"
 #endif
@@ -1092,3 +1100,4 @@ void FCL_CAT(FCL_CAT(attention, FA_NAME), direct)(FA_KERNEL_ARGS)
 #undef FA_KVD_QK_DIM
 #undef FA_KVD_PIECES
 #undef FA_KVD_Q32
+#undef FA_KVD_FORMAT

@@ -89,14 +89,21 @@ static fcl_status plan_portable(fcl_context *ctx, const fcl_attention_problem *p
 }
 
 /* *taken 1 where NVIDIA's planner took the call (planned, launch l) and its kernel builds
- * (l->kernel); else 0, and the portable kernels serve. */
+ * (l->kernel); else 0, and the portable kernels serve. K and V in a format with a build of
+ * its own take it (l->kv_fixed, where the switch allows), or where it does not build or fit,
+ * the build for any format. */
 static fcl_status plan_nvidia(fcl_context *ctx, int planned, const fcl_attention_problem *pr,
                               fcl_attention_launch *l, int *taken)
 {
     *taken = 0;
     if (!planned)
         return FCL_SUCCESS;
+    l->kv_fixed = ctx->nv.kv_fixed_on ? fcl_plan_mma_fixed(&pr->d, l) : 0;
     fcl_status s = fcl_attention_kernel(ctx, l, pr->params.flags, &l->kernel);
+    if (s == FCL_SUCCESS && !l->kernel && l->kv_fixed) {
+        l->kv_fixed = 0;
+        s = fcl_attention_kernel(ctx, l, pr->params.flags, &l->kernel);
+    }
     *taken = s == FCL_SUCCESS && l->kernel;
     return s;
 }
@@ -121,13 +128,7 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
         return s;
     *run = *pr;
     const int mma = fcl_plan_attention_mma(&ctx->info, &pr->d, nv_rows_aligned(&pr->params), l);
-    /* K and V in a format with a build of its own (l is not planned where mma is 0) */
-    l->kv_fixed = mma && ctx->nv.kv_fixed_on ? fcl_plan_mma_fixed(&pr->d, l) : 0;
     s = plan_nvidia(ctx, mma, pr, l, &taken);
-    if (s == FCL_SUCCESS && !taken && l->kv_fixed) { /* it did not build or fit: the _kv build */
-        l->kv_fixed = 0;
-        s = plan_nvidia(ctx, mma, pr, l, &taken);
-    }
     if (s != FCL_SUCCESS || taken)
         return s;
     return plan_portable(ctx, pr, l);

@@ -120,11 +120,15 @@ typedef struct fcl_nv_kernels {
      * no) */
     cl_kernel kv_direct[2][FCL_MMA_BUCKETS];
     int kv_direct_on;
+    /* ... its staged builds for K and V both in one format (fcl_plan_mma_fixed), a unit each */
+    fcl_unit kv_decode_fixed_unit[2][FCL_MMA_BUCKETS][FCL_MMA_FIXED];
+    cl_kernel kv_decode_fixed[2][FCL_MMA_BUCKETS][FCL_MMA_FIXED];
     /* ... whether its split calls may merge in the kernel (FLASHCL_TUNE=
      * attention_merge_in_kernel=0: the merge kernel merges them) */
     int merge_in_kernel_on;
     /* ... the prefill builds for one pair of K/V formats (fcl_plan_mma_fixed), and whether
-     * the planner may take them (FLASHCL_TUNE=attention_kv_fixed=0: no) */
+     * the planner may take them and the 8-bit decode kernel's (FLASHCL_TUNE=
+     * attention_kv_fixed=0: no) */
     fcl_unit mma_fixed_unit[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
     cl_kernel mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS][FCL_MMA_FIXED];
     int kv_fixed_on;
@@ -407,8 +411,9 @@ typedef struct fcl_tuning {
     int attention_kv_decode;   /* 0: 8-bit K/V decoding keeps the tensor-core kernel's _kv build */
     int attention_kv_direct;   /* 0: ... its int8 and fp8 K/V keep the staged copies */
     int attention_merge_in_kernel; /* 0: ... its key splits are merged by the merge kernel */
-    int attention_kv_fixed;    /* 0: the tensor-core prefill over K/V formats keeps the _kv
-                                  build that reads them at run time (fcl_plan_mma_fixed) */
+    int attention_kv_fixed;    /* 0: the tensor-core prefill and the 8-bit decode kernel over
+                                  K/V formats keep the builds that read them at run time
+                                  (fcl_plan_mma_fixed) */
     int attention_fp8_cvt;     /* 0: NVIDIA's kernels convert E4M3 codes by integer and f16
                                   arithmetic even where the GPU converts them (fcl_plan_fp8_cvt) */
     int softmax_nv;            /* 0: softmax keeps the portable kernels on NVIDIA too */
@@ -550,8 +555,9 @@ typedef struct fcl_attention_launch {
     int one_query; /* FCL_ATTENTION_PATH_ROWS: decoding's kernel, one query of heads_step heads
                       a step (attention_rows_one) */
     int mma_kind; /* FCL_ATTENTION_PATH_MMA: the product type (FCL_MMA_F16, ...) */
-    int kv_fixed; /* ... prefill over K/V formats: 1 + the index in fcl_mma_fixed_formats of
-                     the build for K's and V's formats, 0: the _kv build */
+    int kv_fixed; /* ... prefill over K/V formats, or the 8-bit decode kernel's staged build:
+                     1 + the index in fcl_mma_fixed_formats of the build for K's and V's
+                     format, 0: the build for any (the _kv build, the staged one) */
     fcl_dtype dtype_kv; /* FCL_ATTENTION_PATH_DECODE: its kernels are built per K/V type */
     const char *refusal; /* with FCL_ERROR_UNSUPPORTED: why no kernel takes the call */
     cl_kernel kernel;    /* the kernel (attention.c sets it, fcl_attention_kernel's) */
@@ -583,10 +589,11 @@ int fcl_plan_attention_mma(const fcl_device_info *info, const fcl_attention_desc
 int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention_desc *d,
                                 int rows_aligned, int kv_decode, int kv_direct,
                                 int merge_in_kernel, fcl_attention_launch *launch);
-/* The formats whose tensor-core prefill over K and V both in that format has a build of its
- * own (the formats constants in it); fcl_plan_mma_fixed: 1 + the index here of the one that
- * launch l (tensor-core prefill over K/V formats, planned for d) takes, else 0 (the _kv
- * build, formats read at run time). */
+/* The formats whose tensor-core prefill and 8-bit decode kernel over K and V both in that
+ * format have a build of their own (the formats constants in it); fcl_plan_mma_fixed: 1 + the
+ * index here of the one that launch l (tensor-core prefill over K/V formats, or the 8-bit
+ * decode kernel's staged build, planned for d) takes, else 0 (the build that reads the
+ * formats at run time). */
 extern const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED];
 int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l);
 

@@ -67,6 +67,30 @@ static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int k
                  format, format, fcl_cl_attention_mma_nv);
 }
 
+/* The 8-bit K/V decode kernel's name: bucket b's, for float32 q (q32) or f16 q, for K and V in
+ * any format read at run time (fixed 0) or in fcl_mma_fixed_formats[fixed - 1], the staged
+ * build or (direct) the direct one. */
+static void kv_decode_kernel_name(char *name, size_t cap, int b, int q32, int fixed, int direct)
+{
+    snprintf(name, cap, "attention_kvdec%s_d%zu%s%s%s", q32 ? "_q32" : "",
+             fcl_attention_bucket_dim(b), fixed ? "_" : "",
+             fixed ? fcl_format(fcl_mma_fixed_formats[fixed - 1])->name : "",
+             direct ? "_direct" : "");
+}
+
+/* One build of attention_decode_kv_nv.cl (kv_decode_kernel_name's). */
+static void add_kv_decode_build(fcl_text *t, int b, int q32, int fixed)
+{
+    char name[48];
+    kv_decode_kernel_name(name, sizeof name, b, q32, fixed, 0);
+    fcl_text_add(t, "#define FA_NAME %s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
+                    "#define FA_KVD_Q32 %d\n#define FA_KVD_FORMAT %d\n"
+                    "#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
+                    "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                 name + strlen("attention_"), fcl_attention_bucket_dim(b), FA_FEATURES_KV_DECODE, q32,
+                 fixed ? (int)fcl_mma_fixed_formats[fixed - 1] : 0, fcl_cl_attention_decode_kv_nv);
+}
+
 /* The NVIDIA programs' parts, as the portable ones', and how E4M3 codes convert in them
  * (fp8_cvt: FA_NV_FP8_CVT). */
 typedef struct nv_parts {
@@ -76,6 +100,8 @@ typedef struct nv_parts {
     unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
     unsigned kv_decode[FCL_MMA_BUCKETS]; /* bit q32: the 8-bit K/V decode kernel's builds */
+    /* bit FCL_MMA_FIXED q32 + i: its build for K and V in fcl_mma_fixed_formats[i] */
+    unsigned kv_decode_fixed[FCL_MMA_BUCKETS];
 } nv_parts;
 
 /* The parts every NVIDIA program of ctx shares (how E4M3 codes convert), to which each
@@ -90,7 +116,8 @@ static char *mma_source(const nv_parts *p)
     fcl_text t = {0};
     int attention = 0;
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b] || p->kv_decode[b];
+        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b] || p->kv_decode[b] ||
+                     p->kv_decode_fixed[b];
         for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
             attention |= p->mma_fixed[b][kind] != 0;
     }
@@ -118,20 +145,20 @@ static char *mma_source(const nv_parts *p)
                     mma_helpers = 1;
                 }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
-        for (int q32 = 0; q32 <= 1; q32++) {
-            if (!((p->kv_decode[b] >> q32) & 1))
-                continue;
-            if (!mma_helpers) /* the 8-bit decode kernel uses attention_mma_nv.cl's helpers */
-                fcl_text_add(&t, "#define FA_MMA_HELPERS_ONLY 1\n"
-                                 "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_MMA_HELPERS_ONLY\n",
-                             fcl_cl_attention_mma_nv);
-            mma_helpers = 1;
-            fcl_text_add(&t, "#define FA_NAME kvdec%s_d%zu\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                             "#define FA_KVD_Q32 %d\n#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
-                             "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
-                         q32 ? "_q32" : "", fcl_attention_bucket_dim(b), fcl_attention_bucket_dim(b),
-                         FA_FEATURES_KV_DECODE, q32, fcl_cl_attention_decode_kv_nv);
-        }
+        for (int q32 = 0; q32 <= 1; q32++)
+            for (int fixed = 0; fixed <= FCL_MMA_FIXED; fixed++) {
+                const unsigned wanted =
+                    fixed ? (p->kv_decode_fixed[b] >> (FCL_MMA_FIXED * q32 + fixed - 1)) & 1u
+                          : (p->kv_decode[b] >> q32) & 1u;
+                if (!wanted)
+                    continue;
+                if (!mma_helpers) /* the 8-bit decode kernel uses attention_mma_nv.cl's helpers */
+                    fcl_text_add(&t, "#define FA_MMA_HELPERS_ONLY 1\n"
+                                     "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_MMA_HELPERS_ONLY\n",
+                                 fcl_cl_attention_mma_nv);
+                mma_helpers = 1;
+                add_kv_decode_build(&t, b, q32, fixed);
+            }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
             if ((p->decode[b] >> v) & 1)
@@ -402,8 +429,7 @@ static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
     fcl_status s = fcl_build_unit(ctx, u, mma_source(&p));
     const int builds = FA_KVD_DIRECT_BUILT(q32, dim) ? 2 : 1; /* staged, and direct */
     for (int direct = 0; direct < builds && s == FCL_SUCCESS && fits; direct++) {
-        snprintf(name, sizeof name, "attention_kvdec%s_d%zu%s", q32 ? "_q32" : "", dim,
-                 direct ? "_direct" : "");
+        kv_decode_kernel_name(name, sizeof name, b, q32, 0, direct);
         s = create_nv_kernel(ctx, u->program, name,
                              direct ? &ctx->nv.kv_direct[q32][b] : &ctx->nv.kv_decode[q32][b],
                              (size_t)FA_KVD_WARPS * 32, &fits, why, sizeof why);
@@ -415,6 +441,22 @@ static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
     snprintf(what, sizeof what, "%s decoding on 8-bit K/V at head dims up to %zu",
              q32 ? "float32-q" : "f16-q", dim);
     return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
+}
+
+/* Bucket b's 8-bit K/V decode kernel (staged) for f16 q or (q32) float32 q over K and V in
+ * fcl_mma_fixed_formats[i]: a unit of its own. */
+static fcl_status build_kv_decode_fixed(fcl_context *ctx, int b, int q32, int i)
+{
+    nv_parts p = context_parts(ctx);
+    p.kv_decode_fixed[b] = 1u << (FCL_MMA_FIXED * q32 + i);
+    char name[48], what[80];
+    kv_decode_kernel_name(name, sizeof name, b, q32, i + 1, 0);
+    snprintf(what, sizeof what, "%s decoding on %s K/V at head dims up to %zu",
+             q32 ? "float32-q" : "f16-q", fcl_format(fcl_mma_fixed_formats[i])->name,
+             fcl_attention_bucket_dim(b));
+    return build_nv_single(ctx, &ctx->nv.kv_decode_fixed_unit[q32][b][i],
+                           &ctx->nv.kv_decode_fixed[q32][b][i], &p, name, (size_t)FA_KVD_WARPS * 32,
+                           what, "its build for any format");
 }
 
 /* Bucket b's shuffle decode kernel of feature set v. */
@@ -441,8 +483,10 @@ static char *nv_source(int program, unsigned cc)
                   .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL)};
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         /* the 8-bit decode kernels, f16 q and float32 q: a program of their own, not a bucket's */
-        if (program == FCL_SOURCE_ALL || program == FCL_SOURCE_KV_DECODE)
+        if (program == FCL_SOURCE_ALL || program == FCL_SOURCE_KV_DECODE) {
             p.kv_decode[b] = 3u;
+            p.kv_decode_fixed[b] = 1u; /* one build for a pair of formats: q8_0's, f16 q */
+        }
         if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
             p.mma_fixed[b][FCL_MMA_F16] = 1u; /* one build for a pair of formats: q8_0's */
@@ -473,12 +517,18 @@ static fcl_status nv_attention_kernel(fcl_context *ctx, const fcl_attention_laun
     fcl_status s = FCL_SUCCESS;
     *kernel = NULL;
     const int kv = v == FCL_ATTENTION_KV;
-    if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_fixed) {
+    if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_fixed && !l->kv_decode) {
         const int i = l->kv_fixed - 1;
         if (!ctx->nv.mma_fixed_unit[b][l->mma_kind][i].state)
             s = build_mma_fixed(ctx, b, l->mma_kind, i);
         if (ctx->nv.mma_fixed_unit[b][l->mma_kind][i].state == 1)
             *kernel = ctx->nv.mma_fixed[b][l->mma_kind][i];
+    } else if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_decode && l->kv_fixed) {
+        const int q32 = l->mma_kind == FCL_MMA_F16_Q32, i = l->kv_fixed - 1;
+        if (!ctx->nv.kv_decode_fixed_unit[q32][b][i].state)
+            s = build_kv_decode_fixed(ctx, b, q32, i);
+        if (ctx->nv.kv_decode_fixed_unit[q32][b][i].state == 1)
+            *kernel = ctx->nv.kv_decode_fixed[q32][b][i];
     } else if (l->path == FCL_ATTENTION_PATH_MMA && kv && l->kv_decode) {
         const int q32 = l->mma_kind == FCL_MMA_F16_Q32;
         if (!ctx->nv.kv_decode_unit[q32][b].state)
@@ -510,6 +560,10 @@ static void nv_release(fcl_context *ctx)
             fcl_release_kernel(&ctx->nv.kv_decode[q32][b]);
             fcl_release_kernel(&ctx->nv.kv_direct[q32][b]);
             fcl_release_unit(&ctx->nv.kv_decode_unit[q32][b]);
+            for (int i = 0; i < FCL_MMA_FIXED; i++) {
+                fcl_release_kernel(&ctx->nv.kv_decode_fixed[q32][b][i]);
+                fcl_release_unit(&ctx->nv.kv_decode_fixed_unit[q32][b][i]);
+            }
         }
         for (int k = 0; k < FCL_MMA_KINDS; k++)
             for (int kv = 0; kv <= 1; kv++) {

@@ -1185,16 +1185,34 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
 }
 
 /* The formats engines keep their caches in (the issue's q8_0, fp8 and int8, and q4_0 for
- * long contexts), K and V in the same one: a tensor-core prefill build each, in which the
- * format is a constant, so that no other format's decoding or products are compiled in. */
+ * long contexts), K and V in the same one: a tensor-core prefill build each, and a staged
+ * build each of the 8-bit decode kernel, in which the format is a constant, so that no other
+ * format's decoding or products are compiled in. */
 const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED] = {
     FCL_KV_Q8_0, FCL_KV_Q4_0, FCL_KV_FP8_E4M3, FCL_KV_FP8_E5M2, FCL_KV_INT8};
 
+/* Whether the 8-bit decode kernel's staged build for d's format runs launch l faster than its
+ * build for any format: everywhere but f16 q over q8_0 at head dim 128, whose build takes 182
+ * registers (ptxas on the driver's PTX; 167 for any format), so that 5 groups fit an SM where
+ * the planner's splits count on 6 (FCL_KV_DECODE_GROUPS_PER_CU). H200, B8 H32/8 at 32K keys
+ * (D256: 16K), one call, two rounds, any format -> its own, ms: f16 q over q8_0 D64
+ * 0.176-0.179 -> 0.155, D128 0.263-0.265 -> 0.343 (slower), D256 0.304 -> 0.277; over q4_0
+ * D128 0.236-0.240 -> 0.218-0.223, D64 0.173-0.176 -> 0.143-0.147; float32 q over q8_0 D128
+ * 0.284-0.287 -> 0.262-0.270, D64 0.192-0.193 -> 0.157-0.164, over q4_0 D128 0.261-0.265 ->
+ * 0.242-0.245, D64 0.186-0.190 -> 0.157-0.159, over int8 0.204 -> 0.192, E4M3 0.207 -> 0.191. */
+static int kv_decode_fixed_pays(const fcl_attention_desc *d, const fcl_attention_launch *l)
+{
+    return !(d->format_k == FCL_KV_Q8_0 && d->dtype_q == FCL_DTYPE_F16 &&
+             fcl_attention_bucket_dim(l->bucket) == 128);
+}
+
 int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l)
 {
-    if (l->path != FCL_ATTENTION_PATH_MMA || l->gqa_rows || !fcl_attention_kv_coded(d) ||
+    if (l->path != FCL_ATTENTION_PATH_MMA || !fcl_attention_kv_coded(d) ||
         d->format_k != d->format_v)
         return 0;
+    if (l->gqa_rows && (!l->kv_decode || l->kv_direct || !kv_decode_fixed_pays(d, l)))
+        return 0; /* the tensor-core GQA builds, the decode kernel's direct build */
     for (int i = 0; i < FCL_MMA_FIXED; i++)
         if (d->format_k == fcl_mma_fixed_formats[i])
             return i + 1;

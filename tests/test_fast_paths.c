@@ -766,10 +766,11 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
-/* The tensor-core prefill's builds for one pair of formats (K and V both q8_0, q4_0, fp8 or
- * int8: the formats constants in the kernel) against the float64 reference, and switched off
- * (FLASHCL_TUNE=attention_kv_fixed=0: the _kv build, formats read at run time) too: f16 q at
- * head dims 128 and 64, TOKEN scales on int8, a HEAD scale on E4M3 K, float32 q over q8_0. */
+/* The builds for one pair of formats (K and V both q8_0, q4_0, fp8 or int8: the formats
+ * constants in the kernel) of the tensor-core prefill and of the 8-bit decode kernel (GQA
+ * decoding, 300 keys) against the float64 reference, and switched off (FLASHCL_TUNE=
+ * attention_kv_fixed=0: the builds that read the formats at run time) too: f16 q at head dims
+ * 128 and 64, TOKEN scales on int8, a HEAD scale on E4M3 K, float32 q over q8_0. */
 static void test_mma_kv_fixed_formats(void **state)
 {
     (void)state;
@@ -783,17 +784,26 @@ static void test_mma_kv_fixed_formats(void **state)
         fcl_dtype q;
         size_t dim;
         fcl_kv_scale k_mode, v_mode;
+        int decode;
     } cases[] = {
-        {FCL_KV_Q8_0, FCL_DTYPE_F16, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
-        {FCL_KV_Q4_0, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
-        {FCL_KV_FP8_E4M3, FCL_DTYPE_F16, 128, FCL_KV_SCALE_HEAD, FCL_KV_SCALE_NONE},
-        {FCL_KV_FP8_E5M2, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
-        {FCL_KV_INT8, FCL_DTYPE_F16, 128, FCL_KV_SCALE_TOKEN, FCL_KV_SCALE_TOKEN},
-        {FCL_KV_Q8_0, FCL_DTYPE_F32, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE},
+        {FCL_KV_Q8_0, FCL_DTYPE_F16, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 0},
+        {FCL_KV_Q4_0, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 0},
+        {FCL_KV_FP8_E4M3, FCL_DTYPE_F16, 128, FCL_KV_SCALE_HEAD, FCL_KV_SCALE_NONE, 0},
+        {FCL_KV_FP8_E5M2, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 0},
+        {FCL_KV_INT8, FCL_DTYPE_F16, 128, FCL_KV_SCALE_TOKEN, FCL_KV_SCALE_TOKEN, 0},
+        {FCL_KV_Q8_0, FCL_DTYPE_F32, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 0},
+        {FCL_KV_Q4_0, FCL_DTYPE_F16, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 1},
+        {FCL_KV_Q8_0, FCL_DTYPE_F16, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 1},
+        {FCL_KV_Q8_0, FCL_DTYPE_F32, 128, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 1},
+        {FCL_KV_Q4_0, FCL_DTYPE_F32, 64, FCL_KV_SCALE_NONE, FCL_KV_SCALE_NONE, 1},
+        {FCL_KV_INT8, FCL_DTYPE_F32, 128, FCL_KV_SCALE_TOKEN, FCL_KV_SCALE_TOKEN, 1},
+        {FCL_KV_FP8_E4M3, FCL_DTYPE_F32, 64, FCL_KV_SCALE_HEAD, FCL_KV_SCALE_NONE, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         attention_run r = {.d = prefill};
         r.d.dtype_q = cases[i].q, r.d.head_dim = cases[i].dim;
+        if (cases[i].decode)
+            r.d.len_q = 1, r.d.len_kv = 300;
         r.d.format_k = r.d.format_v = cases[i].format;
         attention_contiguous_inputs(&r);
         kv_recode(&r, KV_FROM_DATA);

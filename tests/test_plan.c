@@ -804,6 +804,30 @@ static void test_mma_path_rules(void **state)
     coded.head_dim = coded.head_dim_v = 128, coded.len_q = 9; /* more rows than 8 */
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && !l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0); /* the GQA rows: their _kv build */
+    /* The 8-bit decode kernel over K and V in one of those formats: the staged build for it,
+     * but for f16 q over q8_0 at head dim 128 (its build holds fewer groups an SM) and where
+     * the direct build takes the call */
+    coded.len_q = 1, coded.format_k = coded.format_v = FCL_KV_Q4_0;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 2);
+    coded.format_k = coded.format_v = FCL_KV_Q8_0;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0);
+    coded.dtype_q = FCL_DTYPE_F32;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 1);
+    coded.dtype_q = FCL_DTYPE_F16, coded.head_dim = coded.head_dim_v = 64;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 1);
+    coded.format_k = coded.format_v = FCL_KV_INT8;
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_direct);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0);
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, 1, &l) && !l.kv_direct);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 5);
+    coded.format_v = FCL_KV_Q8_0; /* two formats: the build for any */
+    assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 0, 1, &l) && l.kv_decode);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0);
+    coded.head_dim = coded.head_dim_v = 128;
     /* Prefill over K and V in one of the formats with builds of their own: that build; over
      * two formats, the _kv build */
     coded.len_q = 1000;
