@@ -99,10 +99,11 @@ typedef struct nv_parts {
     /* bit i: the kind's prefill build for K and V in fcl_mma_fixed_formats[i] */
     unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
     unsigned decode[FCL_MMA_BUCKETS]; /* bit v: the shuffle decode kernel of feature set v */
-    unsigned kv_decode[FCL_MMA_BUCKETS]; /* bit q32: the 8-bit K/V decode kernel's builds */
-    /* bit FCL_MMA_FIXED q32 + i: its build for K and V in fcl_mma_fixed_formats[i] */
-    unsigned kv_decode_fixed[FCL_MMA_BUCKETS];
+    /* bit KV_DECODE_BIT(q32, fixed): the 8-bit K/V decode kernel's build for f16 or float32 q
+     * and any format (fixed 0, with its direct build) or fcl_mma_fixed_formats[fixed - 1] */
+    unsigned kv_decode[FCL_MMA_BUCKETS];
 } nv_parts;
+#define KV_DECODE_BIT(q32, fixed) (1u << ((FCL_MMA_FIXED + 1) * (q32) + (fixed)))
 
 /* The parts every NVIDIA program of ctx shares (how E4M3 codes convert), to which each
  * builder adds its kernels. */
@@ -116,8 +117,7 @@ static char *mma_source(const nv_parts *p)
     fcl_text t = {0};
     int attention = 0;
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
-        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b] || p->kv_decode[b] ||
-                     p->kv_decode_fixed[b];
+        attention |= p->mma[0][b] || p->mma[1][b] || p->decode[b] || p->kv_decode[b];
         for (int kind = 0; kind < FCL_MMA_KINDS; kind++)
             attention |= p->mma_fixed[b][kind] != 0;
     }
@@ -147,10 +147,7 @@ static char *mma_source(const nv_parts *p)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int q32 = 0; q32 <= 1; q32++)
             for (int fixed = 0; fixed <= FCL_MMA_FIXED; fixed++) {
-                const unsigned wanted =
-                    fixed ? (p->kv_decode_fixed[b] >> (FCL_MMA_FIXED * q32 + fixed - 1)) & 1u
-                          : (p->kv_decode[b] >> q32) & 1u;
-                if (!wanted)
+                if (!(p->kv_decode[b] & KV_DECODE_BIT(q32, fixed)))
                     continue;
                 if (!mma_helpers) /* the 8-bit decode kernel uses attention_mma_nv.cl's helpers */
                     fcl_text_add(&t, "#define FA_MMA_HELPERS_ONLY 1\n"
@@ -422,7 +419,7 @@ static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
 {
     fcl_unit *u = &ctx->nv.kv_decode_unit[q32][b];
     nv_parts p = context_parts(ctx);
-    p.kv_decode[b] = 1u << q32;
+    p.kv_decode[b] = KV_DECODE_BIT(q32, 0);
     char name[48], why[160] = "", what[64];
     int fits = 1;
     const size_t dim = fcl_attention_bucket_dim(b);
@@ -448,7 +445,7 @@ static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
 static fcl_status build_kv_decode_fixed(fcl_context *ctx, int b, int q32, int i)
 {
     nv_parts p = context_parts(ctx);
-    p.kv_decode_fixed[b] = 1u << (FCL_MMA_FIXED * q32 + i);
+    p.kv_decode[b] = KV_DECODE_BIT(q32, i + 1);
     char name[48], what[80];
     kv_decode_kernel_name(name, sizeof name, b, q32, i + 1, 0);
     snprintf(what, sizeof what, "%s decoding on %s K/V at head dims up to %zu",
@@ -484,8 +481,8 @@ static char *nv_source(int program, unsigned cc)
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         /* the 8-bit decode kernels, f16 q and float32 q: a program of their own, not a bucket's */
         if (program == FCL_SOURCE_ALL || program == FCL_SOURCE_KV_DECODE) {
-            p.kv_decode[b] = 3u;
-            p.kv_decode_fixed[b] = 1u; /* one build for a pair of formats: q8_0's, f16 q */
+            /* any format, f16 and float32 q, and one build for a pair of formats: q8_0's, f16 q */
+            p.kv_decode[b] = KV_DECODE_BIT(0, 0) | KV_DECODE_BIT(1, 0) | KV_DECODE_BIT(0, 1);
         }
         if (program == FCL_SOURCE_ALL || program == b) {
             p.mma[0][b] = p.mma[1][b] = (1u << FCL_MMA_KINDS) - 1;
