@@ -14,8 +14,10 @@
  *   FA_FEATURES the features compiled in (FA_FEATURES_KV)
  *   FA_KVD_FORMAT in a build for one format of K and V both (src/plan.c's
  *               fcl_plan_mma_fixed), that format (fcl_kv_format), a constant, so that no
- *               other format's code is compiled in (H200: 6-18% faster, kv_decode_fixed_pays);
- *               such a build has no direct kernel. 0 where the formats are read at run time
+ *               other format's code is compiled in (H200: 6-18% faster); such a build has
+ *               no direct kernel. 0 where the formats are read at run time
+ *   FA_KVD_REGISTER_CAP the registers a lane the host caps the build at
+ *               (fcl_plan_kv_decode_register_cap), 0 for none
  *
  * The _kv builds decode each tile in local memory between work-group barriers, so that the
  * loads, the decoding and the products of a tile take turns. Here each
@@ -56,6 +58,9 @@
 #endif
 #ifndef FA_KVD_FORMAT
 #define FA_KVD_FORMAT 0
+#endif
+#ifndef FA_KVD_REGISTER_CAP
+#define FA_KVD_REGISTER_CAP 0
 #endif
 #define FA_KVD_W FA_KVD_WARPS /* warps (attention_args.h, as FA_KVD_KEYS and _ROWS) */
 #define FA_KVD_S FA_KVD_STAGES(FA_D) /* chunks a warp holds */
@@ -1050,8 +1055,14 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
     }
 }
 
-/* The staged build: every format, rows at multiples of 4 bytes. */
+/* The staged build: every format, rows at multiples of 4 bytes. A build whose registers the
+ * host caps (-cl-nv-maxrregcount=FA_KVD_REGISTER_CAP) leaves the work-group size unstated:
+ * ptxas ignores the cap of a kernel with one (.reqntid). */
+#if FA_KVD_REGISTER_CAP
+__kernel
+#else
 __kernel __attribute__((reqd_work_group_size(FA_KVD_W * 32, 1, 1)))
+#endif
 void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 {
     FA_GATHER_ARGS;

@@ -135,6 +135,9 @@ typedef struct fcl_nv_kernels {
     /* ... whether their programs convert E4M3 codes by the hardware's instruction
      * (fcl_plan_fp8_cvt) */
     int fp8_cvt;
+    /* ... the registers a work-group may take (CL_DEVICE_REGISTERS_PER_BLOCK_NV; 0: not
+     * reported), from which the planner caps builds' registers */
+    unsigned registers;
     /* ... the decode kernels (cl/attention_decode_nv.cl), per bucket and feature set (no
      * _mod build, as the portable decode kernel). */
     cl_kernel decode[FCL_MMA_BUCKETS][FCL_ATTENTION_VARIANTS];
@@ -339,8 +342,10 @@ extern const char *const fcl_dtype_suffix[FCL_DTYPE_COUNT];
 extern const char *const fcl_softmax_kernel_names[FCL_K_SOFTMAX_COUNT];
 /* Whether the decode kernels are built for feature set v (not for the score modifiers'). */
 int fcl_decode_built_for(int v);
-/* A unit's program from source (freed here) or the cache. */
+/* A unit's program from source (freed here) or the cache; _option: built with option after
+ * the context's compiler options, where they leave it room. */
 fcl_status fcl_build_unit(fcl_context *ctx, fcl_unit *u, char *source);
+fcl_status fcl_build_unit_option(fcl_context *ctx, fcl_unit *u, char *source, const char *option);
 void fcl_release_unit(fcl_unit *u);
 void fcl_release_kernel(cl_kernel *k);
 /* Creates kernel `name` of program; where its local memory or work-group (group work-items)
@@ -596,6 +601,9 @@ int fcl_plan_attention_gqa_rows(const fcl_device_info *info, const fcl_attention
  * formats at run time). */
 extern const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED];
 int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l);
+/* The register cap of the 8-bit decode kernel's builds for one format at bucket b on an NVIDIA
+ * GPU with that many registers a work-group may take (0: none). */
+unsigned fcl_plan_kv_decode_register_cap(unsigned registers, int bucket);
 
 /* Loop iterations the busiest work-item of a tile or rows launch makes, as the planner
  * models them (the count it keeps within loop_iteration_cap); 0 for the decode kernel, which

@@ -6,6 +6,7 @@
  * the portable kernels as they are. Where they run is the planner's (plan.c: fcl_plan_mma,
  * fcl_plan_attention_mma, the softmax plan). */
 #include "internal.h"
+#include <CL/cl_ext.h> /* CL_DEVICE_REGISTERS_PER_BLOCK_NV */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,23 +79,33 @@ static void kv_decode_kernel_name(char *name, size_t cap, int b, int q32, int fi
              direct ? "_direct" : "");
 }
 
-/* One build of attention_decode_kv_nv.cl (kv_decode_kernel_name's). */
-static void add_kv_decode_build(fcl_text *t, int b, int q32, int fixed)
+/* One build of attention_decode_kv_nv.cl (kv_decode_kernel_name's), whose registers are
+ * capped at register_cap where it is not 0 (FA_KVD_REGISTER_CAP). */
+static void add_kv_decode_build(fcl_text *t, int b, int q32, int fixed, unsigned register_cap)
 {
     char name[48];
     kv_decode_kernel_name(name, sizeof name, b, q32, fixed, 0);
     fcl_text_add(t, "#define FA_NAME %s\n#define FA_D %zu\n#define FA_FEATURES 0x%xu\n"
-                    "#define FA_KVD_Q32 %d\n#define FA_KVD_FORMAT %d\n"
+                    "#define FA_KVD_Q32 %d\n#define FA_KVD_FORMAT %d\n#define FA_KVD_REGISTER_CAP %u\n"
                     "#line 1 \"attention_decode_kv_nv.cl\"\n%s\n"
-                    "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n",
+                    "#undef FA_NAME\n#undef FA_D\n#undef FA_FEATURES\n#undef FA_KVD_REGISTER_CAP\n",
                  name + strlen("attention_"), fcl_attention_bucket_dim(b), FA_FEATURES_KV_DECODE, q32,
-                 fixed ? (int)fcl_mma_fixed_formats[fixed - 1] : 0, fcl_cl_attention_decode_kv_nv);
+                 fixed ? (int)fcl_mma_fixed_formats[fixed - 1] : 0, register_cap,
+                 fcl_cl_attention_decode_kv_nv);
 }
 
-/* The NVIDIA programs' parts, as the portable ones', and how E4M3 codes convert in them
- * (fp8_cvt: FA_NV_FP8_CVT). */
+/* The register cap of bucket b's 8-bit decode build (fixed as kv_decode_kernel_name's) on a
+ * GPU whose work-groups may take that many registers: the builds for one format only. */
+static unsigned kv_decode_register_cap(unsigned registers, int b, int fixed)
+{
+    return fixed ? fcl_plan_kv_decode_register_cap(registers, b) : 0;
+}
+
+/* The NVIDIA programs' parts, as the portable ones', how E4M3 codes convert in them
+ * (fp8_cvt: FA_NV_FP8_CVT), and the registers a work-group of the GPU may take (registers). */
 typedef struct nv_parts {
     int check, softmax, fp8_cvt;
+    unsigned registers;
     unsigned mma[2][FCL_MMA_BUCKETS]; /* bit kind: the kind's prefill and GQA builds ([1]: _kv) */
     /* bit i: the kind's prefill build for K and V in fcl_mma_fixed_formats[i] */
     unsigned mma_fixed[FCL_MMA_BUCKETS][FCL_MMA_KINDS];
@@ -109,7 +120,7 @@ typedef struct nv_parts {
  * builder adds its kernels. */
 static nv_parts context_parts(const fcl_context *ctx)
 {
-    return (nv_parts){.fp8_cvt = ctx->nv.fp8_cvt};
+    return (nv_parts){.fp8_cvt = ctx->nv.fp8_cvt, .registers = ctx->nv.registers};
 }
 
 static char *mma_source(const nv_parts *p)
@@ -154,7 +165,8 @@ static char *mma_source(const nv_parts *p)
                                      "#line 1 \"attention_mma_nv.cl\"\n%s\n#undef FA_MMA_HELPERS_ONLY\n",
                                  fcl_cl_attention_mma_nv);
                 mma_helpers = 1;
-                add_kv_decode_build(&t, b, q32, fixed);
+                add_kv_decode_build(&t, b, q32, fixed,
+                                    kv_decode_register_cap(p->registers, b, fixed));
             }
     for (int b = 0; b < FCL_MMA_BUCKETS; b++)
         for (int v = 0; v < FCL_ATTENTION_VARIANTS; v++)
@@ -243,6 +255,16 @@ static fcl_status create_nv_kernel(fcl_context *ctx, cl_program program, const c
     return s;
 }
 
+/* The registers a work-group may take (cl_nv_device_attribute_query), 0 where not reported. */
+static unsigned registers_per_group(cl_device_id device)
+{
+    cl_uint registers = 0;
+    return clGetDeviceInfo(device, CL_DEVICE_REGISTERS_PER_BLOCK_NV, sizeof registers, &registers,
+                           NULL) == CL_SUCCESS
+               ? registers
+               : 0;
+}
+
 /* Builds NVIDIA's self-check where the planner wants NVIDIA's kernels; they are used
  * (info.attention_mma) only where it gives the host's product. Elsewhere attention_mma stays
  * 0 with the reason, and nothing fails but running out of host memory: the portable kernels
@@ -258,6 +280,7 @@ static fcl_status build_mma_check(fcl_context *ctx, const fcl_tuning *tuning)
     ctx->nv.merge_in_kernel_on = tuning->attention_merge_in_kernel;
     ctx->nv.kv_fixed_on = tuning->attention_kv_fixed;
     ctx->nv.fp8_cvt = fcl_plan_fp8_cvt(ctx->info.nv_compute_capability, tuning);
+    ctx->nv.registers = registers_per_group(ctx->device);
     if (!fcl_plan_mma(&ctx->info, tuning, because, cap))
         return FCL_SUCCESS;
     nv_parts p = context_parts(ctx);
@@ -380,15 +403,16 @@ static fcl_status build_mma(fcl_context *ctx, int b, int kind, int kv)
     return finish_nv_unit(ctx, u, s, fits, what, "the portable kernels", why);
 }
 
-/* A unit of one kernel (name, for work-groups of group) from the parts p names; state -1
- * where it does not build or fit, and what runs which kernels instead says why. */
+/* A unit of one kernel (name, for work-groups of group) from the parts p names, built with
+ * option (NULL: none) after the context's; state -1 where it does not build or fit, and what
+ * runs which kernels instead says why. */
 static fcl_status build_nv_single(fcl_context *ctx, fcl_unit *u, cl_kernel *k, const nv_parts *p,
-                                  const char *name, size_t group, const char *what,
-                                  const char *instead)
+                                  const char *option, const char *name, size_t group,
+                                  const char *what, const char *instead)
 {
     char why[160] = "";
     int fits = 1;
-    fcl_status s = fcl_build_unit(ctx, u, mma_source(p));
+    fcl_status s = fcl_build_unit_option(ctx, u, mma_source(p), option);
     if (s == FCL_SUCCESS)
         s = create_nv_kernel(ctx, u->program, name, k, group, &fits, why, sizeof why);
     if (s != FCL_SUCCESS || !fits)
@@ -407,7 +431,7 @@ static fcl_status build_mma_fixed(fcl_context *ctx, int b, int kind, int i)
              fcl_mma_kind_names[kind], fcl_format(fcl_mma_fixed_formats[i])->name,
              fcl_attention_bucket_dim(b));
     return build_nv_single(ctx, &ctx->nv.mma_fixed_unit[b][kind][i], &ctx->nv.mma_fixed[b][kind][i],
-                           &p, name, fcl_plan_mma_shape(b, kind, 0, 1).warps * 32, what,
+                           &p, NULL, name, fcl_plan_mma_shape(b, kind, 0, 1).warps * 32, what,
                            "the _kv build");
 }
 
@@ -441,19 +465,22 @@ static fcl_status build_kv_decode(fcl_context *ctx, int b, int q32)
 }
 
 /* Bucket b's 8-bit K/V decode kernel (staged) for f16 q or (q32) float32 q over K and V in
- * fcl_mma_fixed_formats[i]: a unit of its own. */
+ * fcl_mma_fixed_formats[i]: a unit of its own, its registers capped. */
 static fcl_status build_kv_decode_fixed(fcl_context *ctx, int b, int q32, int i)
 {
     nv_parts p = context_parts(ctx);
     p.kv_decode[b] = KV_DECODE_BIT(q32, i + 1);
-    char name[48], what[80];
+    char name[48], what[80], option[40] = "";
     kv_decode_kernel_name(name, sizeof name, b, q32, i + 1, 0);
     snprintf(what, sizeof what, "%s decoding on %s K/V at head dims up to %zu",
              q32 ? "float32-q" : "f16-q", fcl_format(fcl_mma_fixed_formats[i])->name,
              fcl_attention_bucket_dim(b));
+    const unsigned cap = kv_decode_register_cap(p.registers, b, i + 1);
+    if (cap)
+        snprintf(option, sizeof option, "-cl-nv-maxrregcount=%u", cap);
     return build_nv_single(ctx, &ctx->nv.kv_decode_fixed_unit[q32][b][i],
-                           &ctx->nv.kv_decode_fixed[q32][b][i], &p, name, (size_t)FA_KVD_WARPS * 32,
-                           what, "its build for any format");
+                           &ctx->nv.kv_decode_fixed[q32][b][i], &p, cap ? option : NULL, name,
+                           (size_t)FA_KVD_WARPS * 32, what, "its build for any format");
 }
 
 /* Bucket b's shuffle decode kernel of feature set v. */
@@ -465,7 +492,7 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
     const size_t dim = fcl_attention_bucket_dim(b);
     snprintf(name, sizeof name, "attention_decode_nv_d%zu%s", dim, fcl_attention_variant_suffix(v));
     snprintf(what, sizeof what, "decoding at head dims up to %zu", dim);
-    return build_nv_single(ctx, &ctx->nv.decode_unit[b][v], &ctx->nv.decode[b][v], &p, name,
+    return build_nv_single(ctx, &ctx->nv.decode_unit[b][v], &ctx->nv.decode[b][v], &p, NULL, name,
                            FA_DNV_LWS, what, "the portable kernels");
 }
 
@@ -473,11 +500,15 @@ static fcl_status build_decode_nv(fcl_context *ctx, int b, int v)
  * (the planner keeps those calls on the portable kernels). */
 static int nv_decode_built_for(int v) { return fcl_decode_built_for(v) && v != FCL_ATTENTION_KV; }
 
+/* The registers a work-group may take at compute capability 8.0 to 9.0 (the offline sources'). */
+#define NV_REGISTERS_PER_GROUP 65536
+
 static char *nv_source(int program, unsigned cc)
 {
     nv_parts p = {.check = program == FCL_SOURCE_ALL || program == FCL_SOURCE_CHECK,
                   .softmax = program == FCL_SOURCE_ALL || program == FCL_SOURCE_SOFTMAX,
-                  .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL)};
+                  .fp8_cvt = fcl_plan_fp8_cvt(cc, NULL),
+                  .registers = NV_REGISTERS_PER_GROUP};
     for (int b = 0; b < FCL_MMA_BUCKETS; b++) {
         /* the 8-bit decode kernels, f16 q and float32 q: a program of their own, not a bucket's */
         if (program == FCL_SOURCE_ALL || program == FCL_SOURCE_KV_DECODE) {

@@ -612,6 +612,7 @@ fcl_status fcl_plan_softmax(const fcl_device_info *info, const fcl_softmax_desc 
  * scheduler, 4 work-groups an SM) it took 0.38 ms with 5 planned and 0.25 with 4, against
  * 0.22 at 167 with 6. */
 #define FCL_KV_DECODE_GROUPS_PER_CU(bucket) ((bucket) == 2 ? 4 : 6)
+#define FCL_NV_MAX_REGISTERS 255 /* a lane's most, at compute capability 8.x and 9.x */
 /* The portable decode kernel takes one wave only where that leaves this many splits: with
  * 2 (B8 H32 multi-head) it ran up to 1.8x slower than with 8. Measured on NVIDIA alone, so
  * other GPUs keep many short splits. */
@@ -1191,19 +1192,24 @@ static int plan_tensor_cores(const fcl_device_info *info, const fcl_attention_de
 const fcl_kv_format fcl_mma_fixed_formats[FCL_MMA_FIXED] = {
     FCL_KV_Q8_0, FCL_KV_Q4_0, FCL_KV_FP8_E4M3, FCL_KV_FP8_E5M2, FCL_KV_INT8};
 
-/* Whether the 8-bit decode kernel's staged build for d's format runs launch l faster than its
- * build for any format: everywhere but f16 q over q8_0 at head dim 128, whose build takes 182
- * registers (ptxas on the driver's PTX; 167 for any format), so that 5 groups fit an SM where
- * the planner's splits count on 6 (FCL_KV_DECODE_GROUPS_PER_CU). H200, B8 H32/8 at 32K keys
- * (D256: 16K), one call, two rounds, any format -> its own, ms: f16 q over q8_0 D64
- * 0.176-0.179 -> 0.155, D128 0.263-0.265 -> 0.343 (slower), D256 0.304 -> 0.277; over q4_0
- * D128 0.236-0.240 -> 0.218-0.223, D64 0.173-0.176 -> 0.143-0.147; float32 q over q8_0 D128
- * 0.284-0.287 -> 0.262-0.270, D64 0.192-0.193 -> 0.157-0.164, over q4_0 D128 0.261-0.265 ->
- * 0.242-0.245, D64 0.186-0.190 -> 0.157-0.159, over int8 0.204 -> 0.192, E4M3 0.207 -> 0.191. */
-static int kv_decode_fixed_pays(const fcl_attention_desc *d, const fcl_attention_launch *l)
+/* The register cap (-cl-nv-maxrregcount) of the 8-bit decode kernel's staged builds for one
+ * format: as many registers a lane as leave FCL_KV_DECODE_GROUPS_PER_CU work-groups room in an
+ * SM's register file (registers: CL_DEVICE_REGISTERS_PER_BLOCK_NV, which is an SM's file on
+ * compute capability 8.x and 9.x), which allots them 8 a lane at a time; 0 where that cap is
+ * no cap. Uncapped, f16 q over q8_0 at D128 took 182 registers (ptxas on the driver's PTX;
+ * 167 for any format), so that 5 work-groups fit an SM where the splits count on 6, and ran
+ * slower than the build for any format. H200, B8 H32/8 at 32K keys, one call, two rounds, any
+ * format -> its own capped at 168, ms: 0.261-0.262 -> 0.241-0.242 (uncapped, an earlier call:
+ * 0.344-0.346), paged 16 0.285-0.287 -> 0.266-0.267, B8 H32 0.939-0.944 -> 0.865-0.866. Over
+ * q4_0 and with float32 q over q8_0 the cap changed nothing (their builds fit). The cap needs
+ * the kernel without reqd_work_group_size, which makes ptxas ignore it (FA_KVD_REGISTER_CAP).
+ * More work-groups under a lower cap did not pay: the direct build capped at 128 (8 an SM,
+ * 16 splits) ran int8 0.178-0.184 -> 0.190-0.192 ms, at 144 (7) 0.236. */
+unsigned fcl_plan_kv_decode_register_cap(unsigned registers, int bucket)
 {
-    return !(d->format_k == FCL_KV_Q8_0 && d->dtype_q == FCL_DTYPE_F16 &&
-             fcl_attention_bucket_dim(l->bucket) == 128);
+    const unsigned lanes = FCL_KV_DECODE_GROUPS_PER_CU(bucket) * FA_KVD_WARPS * 32;
+    const unsigned cap = registers / lanes / 8 * 8;
+    return cap < FCL_NV_MAX_REGISTERS ? cap : 0;
 }
 
 int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *l)
@@ -1211,7 +1217,7 @@ int fcl_plan_mma_fixed(const fcl_attention_desc *d, const fcl_attention_launch *
     if (l->path != FCL_ATTENTION_PATH_MMA || !fcl_attention_kv_coded(d) ||
         d->format_k != d->format_v)
         return 0;
-    if (l->gqa_rows && (!l->kv_decode || l->kv_direct || !kv_decode_fixed_pays(d, l)))
+    if (l->gqa_rows && (!l->kv_decode || l->kv_direct))
         return 0; /* the tensor-core GQA builds, the decode kernel's direct build */
     for (int i = 0; i < FCL_MMA_FIXED; i++)
         if (d->format_k == fcl_mma_fixed_formats[i])

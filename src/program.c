@@ -332,14 +332,32 @@ static void note_built(fcl_context *ctx, int from_cache)
                                    from_cache;
 }
 
-/* A unit's program from source (freed here) or the cache. */
-fcl_status fcl_build_unit(fcl_context *ctx, fcl_unit *u, char *source)
+/* Adds option to setup's compiler options where they leave it room (the options a unit
+ * adds change its speed or its rounding, which its kernels correct without them). */
+static void add_option(fcl_build_setup *setup, const char *option)
 {
+    const size_t len = strlen(setup->options), add = strlen(option);
+    if (len + 1 + add < sizeof setup->options) {
+        setup->options[len] = ' ';
+        memcpy(setup->options + len + 1, option, add + 1);
+    }
+}
+
+fcl_status fcl_build_unit_option(fcl_context *ctx, fcl_unit *u, char *source, const char *option)
+{
+    fcl_build_setup setup = ctx->build;
+    if (option)
+        add_option(&setup, option);
     int from_cache = 0;
-    fcl_status s = load_or_build(ctx, source, &ctx->build, &u->program, &from_cache);
+    fcl_status s = load_or_build(ctx, source, &setup, &u->program, &from_cache);
     if (s == FCL_SUCCESS)
         note_built(ctx, from_cache);
     return s;
+}
+
+fcl_status fcl_build_unit(fcl_context *ctx, fcl_unit *u, char *source)
+{
+    return fcl_build_unit_option(ctx, u, source, NULL);
 }
 
 void fcl_release_kernel(cl_kernel *k)
@@ -522,13 +540,10 @@ fcl_status fcl_build_kv_write(fcl_context *ctx, cl_kernel *kernel)
                          "#line 1 \"kv_write_args.h\"\n%s\n#line 1 \"kv_write.cl\"\n%s\n",
                      ctx->build.plan.vector_width, ctx->build.plan.force_inline, fcl_cl_kv_formats,
                      fcl_cl_common, fcl_cl_kv_write_args, fcl_cl_kv_write);
-        static const char flag[] = " -cl-fp32-correctly-rounded-divide-sqrt";
-        fcl_build_setup setup = ctx->build;
-        const size_t len = strlen(setup.options);
-        if (correct_division(ctx->device) && len + sizeof flag <= sizeof setup.options)
-            memcpy(setup.options + len, flag, sizeof flag);
-        int from_cache = 0;
-        s = load_or_build(ctx, t.failed ? (free(t.s), NULL) : t.s, &setup, &u->program, &from_cache);
+        s = fcl_build_unit_option(ctx, u, t.failed ? (free(t.s), NULL) : t.s,
+                                  correct_division(ctx->device)
+                                      ? "-cl-fp32-correctly-rounded-divide-sqrt"
+                                      : NULL);
         size_t wg = 0;
         cl_ulong local;
         if (s == FCL_SUCCESS)
@@ -539,7 +554,6 @@ fcl_status fcl_build_kv_write(fcl_context *ctx, cl_kernel *kernel)
             fcl_release_unit(u);
             return s;
         }
-        note_built(ctx, from_cache);
         u->state = 1;
     }
     *kernel = ctx->kv_write;

@@ -805,14 +805,20 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && !l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0); /* the GQA rows: their _kv build */
     /* The 8-bit decode kernel over K and V in one of those formats: the staged build for it,
-     * but for f16 q over q8_0 at head dim 128 (its build holds fewer groups an SM) and where
-     * the direct build takes the call */
+     * but where the direct build takes the call */
     coded.len_q = 1, coded.format_k = coded.format_v = FCL_KV_Q4_0;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 2);
     coded.format_k = coded.format_v = FCL_KV_Q8_0;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
-    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 0);
+    assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 1);
+    /* ... its registers capped so that 6 work-groups of 2 warps fit 65536 (168, a multiple of
+     * 8), at head dim 256 (4 a work-group: 256, no cap) not */
+    assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 0), 168);
+    assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 1), 168);
+    assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 2), 0);
+    assert_int_equal(fcl_plan_kv_decode_register_cap(32768, 1), 80);
+    assert_int_equal(fcl_plan_kv_decode_register_cap(0, 1), 0); /* not reported */
     coded.dtype_q = FCL_DTYPE_F32;
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 1);
