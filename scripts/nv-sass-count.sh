@@ -26,10 +26,10 @@ for format in $formats; do
     $0 == "#define FA_NAME " k { inside = 1 }
     inside && $0 == "#undef FA_NAME" { inside = 0 }
     inside && /^#define FA_FEATURES / { $0 = "#define FA_FEATURES 0x18000u" }
-    inside && /const uint fk = p->format_k, fv = p->format_v;/ {
-      sub(/p->format_k, fv = p->format_v/, f ", fv = " f); found = 1 }
+    inside && /const uint f[kv] = FA_KVD_FORMAT \? FA_KVD_FORMAT : p->format_[kv];/ {
+      sub(/p->format_[kv];/, f ";"); found++ }
     { print }
-    END { if (!found) { print "no format line in the kernel" > "/dev/stderr"; exit 1 } }
+    END { if (found != 2) { print "no format lines in the kernel" > "/dev/stderr"; exit 1 } }
   ' "$tmp/all.cl" > "$tmp/$format.cl"
   clang-15 -x cl -cl-std=CL1.2 -target nvptx64-nvidia-nvcl -Xclang -target-cpu -Xclang sm_80 \
     -Xclang -mlink-builtin-bitcode -Xclang "$libclc" -O2 -S -o "$tmp/$format.ptx" "$tmp/$format.cl" \
