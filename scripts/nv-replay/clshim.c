@@ -3,7 +3,8 @@
  * so that culaunch.c can replay it through CUDA's driver API, where Nsight Compute sees it.
  *   PROF_KERNEL  kernel name to capture (exact)
  *   PROF_NTH     which launch of it (1 = first; default 1)
- *   PROF_DIR     directory for launch.txt, program.bin, mem_<i>.bin and mem_<i>.after
+ *   PROF_DIR     directory for launch.txt, program.bin, options.txt (its build options),
+ *                mem_<i>.bin and mem_<i>.after
  *   PROF_LIST    set: print every launch's kernel name
  * Only launches without a global work offset are captured (culaunch sets none).
  * build: cc -O2 -shared -fPIC -o libclshim.so clshim.c -ldl */
@@ -148,6 +149,14 @@ static void capture(cl_command_queue q, cl_kernel k, cl_uint dims, const size_t 
     clGetProgramInfo(program, CL_PROGRAM_BINARIES, sizeof binaries, binaries, NULL);
     write_file(dir, "program.bin", binaries[0], sizes[0]);
     free(binaries[0]);
+    /* its build options, which the replay's JIT takes its register cap from */
+    cl_device_id device;
+    char options[2048] = "";
+    if (clGetProgramInfo(program, CL_PROGRAM_DEVICES, sizeof device, &device, NULL) == CL_SUCCESS)
+        clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_OPTIONS, sizeof options, options,
+                              NULL);
+    options[sizeof options - 1] = '\0';
+    write_file(dir, "options.txt", options, strlen(options));
 
     char path[4096];
     snprintf(path, sizeof path, "%s/launch.txt", dir);

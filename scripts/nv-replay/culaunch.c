@@ -1,7 +1,8 @@
 /* Replays a launch captured by clshim.c (DIR/launch.txt, DIR/program.bin: NVIDIA's OpenCL
- * binary, PTX) through CUDA's driver API, REPS times, and prints the median time by CUDA
- * events (each launch after the buffers' captured contents are copied back); under Nsight
- * Compute the launches are profiled as CUDA kernels. It first compares the parameters'
+ * binary, PTX, compiled with the register cap of its build options, DIR/options.txt) through
+ * CUDA's driver API, REPS times, and prints the median time by CUDA events (each launch
+ * after the buffers' captured contents are copied back); under Nsight Compute the launches
+ * are profiled as CUDA kernels. It first compares the parameters'
  * sizes in the PTX's .entry with the capture's, and last each buffer with its contents after
  * the OpenCL launch (DIR/mem_<i>.after). Launches with __local arguments are not replayed.
  * build: cc -O2 -o culaunch culaunch.c -I/usr/local/cuda/include -lcuda
@@ -120,9 +121,13 @@ int main(int argc, char **argv)
     char *ptx = cuda_ptx(read_file(dir, "program.bin", &n));
     CUmodule module;
     char log[8192] = "";
-    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[] = {log, (void *)(size_t)sizeof log};
-    if (cuModuleLoadDataEx(&module, ptx, 2, opts, vals) != CUDA_SUCCESS) {
+    /* the OpenCL build's register cap (-cl-nv-maxrregcount in options.txt), as its JIT had */
+    const char *cap = strstr(read_file(dir, "options.txt", &n), "-cl-nv-maxrregcount=");
+    const unsigned max_registers = cap ? (unsigned)atoi(cap + strlen("-cl-nv-maxrregcount=")) : 0;
+    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                           CU_JIT_MAX_REGISTERS};
+    void *vals[] = {log, (void *)(size_t)sizeof log, (void *)(size_t)max_registers};
+    if (cuModuleLoadDataEx(&module, ptx, max_registers ? 3 : 2, opts, vals) != CUDA_SUCCESS) {
         fprintf(stderr, "culaunch: the PTX did not load: %s\n", log);
         return 1;
     }
