@@ -2,9 +2,9 @@
  * binary, PTX, compiled with the register cap of its build options, DIR/options.txt) through
  * CUDA's driver API, REPS times, and prints the median time by CUDA events (each launch
  * after the buffers' captured contents are copied back); under Nsight Compute the launches
- * are profiled as CUDA kernels. It first compares the parameters'
- * sizes in the PTX's .entry with the capture's, and last each buffer with its contents after
- * the OpenCL launch (DIR/mem_<i>.after). Launches with __local arguments are not replayed.
+ * are profiled as CUDA kernels. It first compares the parameters' sizes in the PTX's .entry
+ * with the capture's, and last each buffer with its contents after the OpenCL launch
+ * (DIR/mem_<i>.after). Launches with __local arguments are not replayed.
  * build: cc -O2 -o culaunch culaunch.c -I/usr/local/cuda/include -lcuda
  * usage: culaunch DIR [REPS] */
 #include <cuda.h>
