@@ -318,6 +318,25 @@ static void test_fp8_codes_and_nan(void **state)
     }
 }
 
+/* Decoding (one query: on CPUs the one-row kernel) adds nothing of a key of weight 0: V's NaN
+ * codes at keys the mask hides (attention_mask's: key j where j % 5 == 2), each in a block of
+ * 8 keys with visible ones, reach no row. */
+static void test_fp8_nan_where_the_mask_hides(void **state)
+{
+    (void)state;
+    attention_run r = {.d = {.batch = 1, .heads_q = 2, .heads_kv = 1, .len_q = 1, .len_kv = 64,
+                             .head_dim = 32, .format_k = FCL_KV_FP8_E4M3,
+                             .format_v = FCL_KV_FP8_E4M3}};
+    attention_contiguous_inputs(&r);
+    kv_recode(&r, KV_FROM_DATA);
+    attention_mask(&r, FCL_MASK_ADD_F32);
+    unsigned char *v = (unsigned char *)r.io.v;
+    v[22 * 32 + 3] = 0x7f;
+    v[47 * 32 + 7] = 0xff;
+    check_attention_run(&r); /* the reference's rows are finite: a NaN out fails it */
+    attention_free_inputs(&r);
+}
+
 /* A long cache decoded in key splits (GQA, TOKEN-scaled int8, head dim 128). */
 static void test_long_cache_split_kv(void **state)
 {
@@ -636,6 +655,7 @@ int main(void)
         cmocka_unit_test(test_varlen_and_modifiers),
         cmocka_unit_test(test_extreme_block_scales),
         cmocka_unit_test(test_fp8_codes_and_nan),
+        cmocka_unit_test(test_fp8_nan_where_the_mask_hides),
         cmocka_unit_test(test_long_cache_split_kv),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_write_bit_exact),
