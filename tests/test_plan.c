@@ -813,7 +813,7 @@ static void test_mma_path_rules(void **state)
     assert_true(fcl_plan_attention_gqa_rows(&nv, &coded, 1, 1, 1, 1, &l) && l.kv_decode);
     assert_int_equal(fcl_plan_mma_fixed(&coded, &l), 1);
     /* ... its registers capped so that 6 work-groups of 2 warps fit 65536 (168, a multiple of
-     * 8), at head dim 256 (4 a work-group: 256, no cap) not */
+     * 8), at head dim 256 (4 work-groups an SM leave 256: no cap) not */
     assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 0), 168);
     assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 1), 168);
     assert_int_equal(fcl_plan_kv_decode_register_cap(65536, 2), 0);
