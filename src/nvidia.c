@@ -116,8 +116,8 @@ typedef struct nv_parts {
 } nv_parts;
 #define KV_DECODE_BIT(q32, fixed) (1u << ((FCL_MMA_FIXED + 1) * (q32) + (fixed)))
 
-/* The parts every NVIDIA program of ctx shares (how E4M3 codes convert), to which each
- * builder adds its kernels. */
+/* The parts every NVIDIA program of ctx shares (how E4M3 codes convert, the registers that
+ * cap builds), to which each builder adds its kernels. */
 static nv_parts context_parts(const fcl_context *ctx)
 {
     return (nv_parts){.fp8_cvt = ctx->nv.fp8_cvt, .registers = ctx->nv.registers};
