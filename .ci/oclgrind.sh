@@ -35,13 +35,17 @@ work=$3
 mode=$4
 rm -rf "$work"
 mkdir -p "$work"
+# One program cache for the runs (an entry is named by its source, options and device, so the
+# runs' different plans never share a wrong binary): a run finds the programs the runs before
+# it built, where each compiled its own.
+cache=$(dirname "$work")/oclgrind-program-cache
 failed="$work/failed"
 races=--data-races
 run() { # name, program, then oclgrind options
   name=$1
   program=$2
   shift 2
-  if ! FLASHCL_CACHE_DIR="$work/cache-$name" "$oclgrind" $races --check-api \
+  if ! FLASHCL_CACHE_DIR="$cache" "$oclgrind" $races --check-api \
       --log "$work/$name.log" "$@" "$tests/$program" > "$work/$name.out" 2>&1; then
     cat "$work/$name.out"
     echo "oclgrind.sh: $name: the test failed" >&2

@@ -41,7 +41,9 @@ for t in guards kernel_variants cache; do
   "$build/tests/test_$t" > "$work/native-$t.log" 2>&1 || { cat "$work/native-$t.log"; exit 1; }
 done
 
-# 3.
+# 3. But test_cache's failing build, which no cache holds: POCL's compiler under memcheck
+#    (33 of the test's 97 s); ASan runs it.
+export FLASHCL_TEST_SKIP=test_build_failure_reports_log
 for t in plan arguments cache guards kernel_variants; do
   start=$(date +%s)
   "$valgrind" --error-exitcode=9 --leak-check=full --errors-for-leak-kinds=definite,indirect \
