@@ -208,13 +208,13 @@ FCL_INLINE float fa_raw_half(__local const uchar *row, uint at)
     return vload_half(0, (__local const half *)(row + at));
 }
 
-/* Bytes a copy of a coded tensor's rows may move (16, 8 or 4: what every row start and the
- * row's length allow; the planner takes no call where it is less than 4), rows of rb bytes.
- * Paged and packed rows start at sums of these. */
+/* Bytes a copy of a coded tensor's rows may move (16, 8, 4 or 2: what every row start and
+ * the row's length allow; the planner takes no call where it is less than 2), rows of rb
+ * bytes. Paged and packed rows start at sums of these. */
 FCL_INLINE uint fa_mma_raw_chunk(ulong offset, ulong batch, ulong head, ulong token, uint rb)
 {
     const ulong any = offset | batch | head | token | rb;
-    return any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : 4;
+    return any % 16 == 0 ? 16 : any % 8 == 0 ? 8 : any % 4 == 0 ? 4 : 2;
 }
 
 /* What values [col, col + 8) (col a multiple of 8) of a row of 4- or 5-bit ggml blocks
@@ -613,6 +613,25 @@ FCL_INLINE void FCL_CAT(fa_mma_stage_rows, FA_NAME)(__local uchar *raw, __global
         fa_mma_copy(to + at, from + at, chunk, bytes);
 }
 
+/* ... rows that start or end 2 bytes past a multiple of 4 (ggml's rows of an odd number of
+ * 34-, 18- or 22-byte blocks: q8_0, q4_0, q5_0 or iq4_nl at head dim 96), which cp.async
+ * (4 bytes at least, between multiples of 4) cannot copy: 4 bytes a work-item at a time by
+ * two 2-byte loads and a store (pitch a multiple of 4), which waits here for its loads. */
+FCL_INLINE void FCL_CAT(fa_mma_stage_rows2, FA_NAME)(__local uchar *raw, __global const uchar *src,
+                                                    __local const ulong *row_at, ulong k0,
+                                                    ulong end, uint rb, uint pitch)
+{
+    const uint lid = get_local_id(0), row = lid / FA_MMA_STAGERS;
+    const int inside = row < end - k0;
+    __global const ushort *from = (__global const ushort *)(src + row_at[row]);
+    __local uint *to = (__local uint *)(raw + row * pitch);
+    for (uint w = lid % FA_MMA_STAGERS; 4 * w < rb; w += FA_MMA_STAGERS) {
+        const uint lo = inside ? from[2 * w] : 0u;
+        const uint hi = inside && 4 * w + 2 < rb ? from[2 * w + 1] : 0u;
+        to[w] = lo | hi << 16;
+    }
+}
+
 /* ... with the copy's size a constant in each loop (H200, B4 H16 L4096 D128 causal prefill:
  * a copy took about 58 instructions when each work-item's copies ran over the tile's, with
  * a division, a row lookup and a size test each, and q8_0's 17 copies a row cost a quarter
@@ -625,8 +644,10 @@ FCL_INLINE void FCL_CAT(fa_mma_stage_tile, FA_NAME)(__local uchar *raw, __global
         FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 16);
     else if (chunk == 8)
         FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 8);
-    else
+    else if (chunk == 4)
         FCL_CAT(fa_mma_stage_rows, FA_NAME)(raw, src, row_at, k0, end, rb, pitch, 4);
+    else
+        FCL_CAT(fa_mma_stage_rows2, FA_NAME)(raw, src, row_at, k0, end, rb, pitch);
 }
 
 /* The staged rows of a coded K or V into tile, 8 columns a work-item at a time (columns
@@ -1322,9 +1343,10 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     /* ... and the distance of the staged rows in raw: in a build for one format its rows'
      * bytes at FA_D, a constant, so that the decoding's addresses fold into its loads (H200,
      * B4 H16 L4096 causal prefill, ms: D128 int8 2.02 -> 1.94, q8_0 2.80 -> 2.71, q4_0 2.82 ->
-     * 2.67; D64 fp8 1.28 -> 1.21), else rb_k and rb_v */
-    const uint pitch_k = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : rb_k;
-    const uint pitch_v = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : rb_v;
+     * 2.67; D64 fp8 1.28 -> 1.21), else rb_k and rb_v rounded up to multiples of 4 (rows of
+     * 2 mod 4 bytes: fa_mma_stage_rows2), which the decoding's loads of a row's start need */
+    const uint pitch_k = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : (rb_k + 3) & ~3u;
+    const uint pitch_v = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : (rb_v + 3) & ~3u;
 #else
     const int coded_k = 0, coded_v = 0;
 #endif

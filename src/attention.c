@@ -16,14 +16,16 @@
 
 /* Whether rows of K or V (strides: their view's offset and strides or'd) suit the NVIDIA
  * kernels' copies: at multiples of 8 elements (16 bytes of half storage); of a coded format
- * (a FA_FLAG_KV call) at multiples of 4 bytes, the row's bytes too (cp.async's least copy). */
+ * (a FA_FLAG_KV call) at multiples of 2 bytes, the row's bytes too (the tensor cores' _kv
+ * builds stage rows of 2 mod 4 bytes by loads, the others by cp.async; the 8-bit decode
+ * kernel needs multiples of 4: kv_rows4). */
 static int kv_rows_aligned(const fcl_attention_params *p, cl_ulong strides, unsigned format,
                            size_t dim)
 {
     const fcl_format_traits *f = fcl_format(format);
     if (!(p->flags & FA_FLAG_KV) || !f || (f->roles & FCL_ROLE_FLOAT))
         return strides % 8 == 0;
-    return (strides | fcl_format_row_units(format, dim)) % 4 == 0;
+    return (strides | fcl_format_row_units(format, dim)) % 2 == 0;
 }
 
 /* K's (v 0) or V's view offset and strides or'd: every row of it starts at a multiple of
@@ -32,6 +34,14 @@ static cl_ulong kv_starts(const fcl_attention_params *p, int v)
 {
     return v ? p->v_offset | p->v_batch | p->v_head | p->v_token
              : p->k_offset | p->k_batch | p->k_head | p->k_token;
+}
+
+/* Whether every row of K and V (of a coded format) starts at a multiple of 4 bytes, as the
+ * 8-bit decode kernel's staged rows need (its code words' alignment is known when it is
+ * compiled; the rows' bytes are multiples of 4 at the head dims it takes). */
+static int kv_rows4(const fcl_attention_params *p)
+{
+    return ((kv_starts(p, 0) | kv_starts(p, 1)) % 4) == 0;
 }
 
 /* Whether every row of K and V (of a coded format) starts at a multiple of 16 bytes, as the
@@ -120,7 +130,7 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
         s = plan_nvidia(ctx,
                         fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
                                                     nv_rows_aligned(&run->params),
-                                                    ctx->nv.kv_decode_on,
+                                                    ctx->nv.kv_decode_on && kv_rows4(&run->params),
                                                     ctx->nv.kv_direct_on && kv_rows16(&run->params),
                                                     ctx->nv.merge_in_kernel_on, l),
                         run, l, &taken);

@@ -266,6 +266,28 @@ void kv_scale_v_factors(attention_run *r, int exponent)
         }
 }
 
+/* n bytes of buf `by` bytes into a new buffer (the bytes before it 0x55); buf freed. */
+static const void *shifted(const void *buf, size_t n, size_t by)
+{
+    unsigned char *to = malloc(n + by);
+    assert_non_null(to);
+    memset(to, 0x55, by);
+    memcpy(to + by, buf, n);
+    free((void *)buf);
+    return to;
+}
+
+void kv_shift_rows(attention_run *r, size_t by)
+{
+    const fcl_attention_desc d = chk_attention_defaults(r->d);
+    assert_int_equal(chk_kv_unit_bytes(chk_kv_format(d.format_k, d.dtype_kv)), 1);
+    assert_int_equal(chk_kv_unit_bytes(chk_kv_format(d.format_v, d.dtype_kv)), 1);
+    r->io.k = shifted(r->io.k, r->k_n, by);
+    r->io.v = shifted(r->io.v, r->v_n, by);
+    r->k_n += by, r->v_n += by;
+    r->d.k_view.offset += by, r->d.v_view.offset += by;
+}
+
 void kv_free_run(attention_run *r)
 {
     free((void *)r->io.k_scales);

@@ -40,6 +40,9 @@ float *kv_random_scales(size_t n, chk_rng *rng);
 void kv_add_scales(struct attention_run *r, int is_v, fcl_kv_scale mode);
 /* V's factors in r (its TOKEN scales, or each ggml block's d and m) times 2^exponent. */
 void kv_scale_v_factors(struct attention_run *r, int exponent);
+/* K's and V's bytes (coded formats) `by` bytes into buffers that much longer, their views'
+ * offsets with them: every row starts `by` bytes from where it did. */
+void kv_shift_rows(struct attention_run *r, size_t by);
 /* attention_free_inputs and the scales kv_add_scales made. */
 void kv_free_run(struct attention_run *r);
 

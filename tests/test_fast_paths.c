@@ -756,6 +756,39 @@ static void test_mma_kv_f32_q_matches(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Coded rows that start 2 bytes past a multiple of 4, which the tensor cores' _kv builds
+ * stage by 2-byte loads (cp.async copies 4 bytes at least, between multiples of 4): ggml's
+ * rows of an odd number of 34-, 18- or 22-byte blocks (llama.cpp's q8_0 cache at head dim
+ * 96: rows of 102 bytes) in prefill (q4_0 K and V: its build for one format) and as GQA
+ * rows, and a q8_0 cache 2 bytes into its buffer at head dim 128 (GQA rows: not on the
+ * 8-bit decode kernel, whose staged rows need multiples of 4); float32 and f16 q, against
+ * the portable kernels and the float64 reference. */
+static void test_mma_kv_even_rows(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context();
+    const fcl_kv_scale none = FCL_KV_SCALE_NONE;
+    const fcl_attention_path mma = FCL_ATTENTION_PATH_MMA;
+    for (int t = FCL_DTYPE_F32; t <= FCL_DTYPE_F16; t++) {
+        fcl_attention_desc prefill = kv_prefill, rows = kv_rows;
+        prefill.dtype_q = rows.dtype_q = (fcl_dtype)t;
+        prefill.head_dim = rows.head_dim = 96;
+        check_kv_case(portable, prefill, FCL_KV_Q8_0, FCL_KV_Q4_0, KV_FROM_DATA, none, none, 0, mma);
+        check_kv_case(portable, prefill, FCL_KV_Q4_0, FCL_KV_Q4_0, KV_RAW, none, none, 0, mma);
+        check_kv_case(portable, prefill, FCL_KV_IQ4_NL, FCL_KV_Q8_0, KV_RAW, FCL_KV_SCALE_TOKEN,
+                      none, 0, mma);
+        check_kv_case(portable, rows, FCL_KV_Q5_0, FCL_KV_Q8_0, KV_RAW, none, none, 0, mma);
+        attention_run r = {.d = kv_rows};
+        r.d.dtype_q = (fcl_dtype)t;
+        r.d.format_k = r.d.format_v = FCL_KV_Q8_0;
+        kv_case_inputs(&r, KV_FROM_DATA, none, none, 0);
+        kv_shift_rows(&r, 2);
+        check_both(portable, &r, mma);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(portable);
+}
+
 /* The builds for one pair of formats (K and V both q8_0, q4_0, fp8 or int8: the formats
  * constants in the kernel) of the tensor-core prefill and of the 8-bit decode kernel (GQA
  * decoding, 300 keys) against the float64 reference, and switched off (FLASHCL_TUNE=
@@ -1116,6 +1149,7 @@ int main(void)
         cmocka_unit_test(test_mma_kv_matches),
         cmocka_unit_test(test_kv_decode_f32_q_matches),
         cmocka_unit_test(test_mma_kv_f32_q_matches),
+        cmocka_unit_test(test_mma_kv_even_rows),
         cmocka_unit_test(test_kv_decode_masked),
         cmocka_unit_test(test_kv_decode_direct),
         cmocka_unit_test(test_kv_decode_merge_in_kernel),
