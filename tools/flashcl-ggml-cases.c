@@ -80,7 +80,9 @@ static size_t ggml_cases(ggml_case *out)
     static const int hsvs[] = {40, 64, 72, 80, 96, 128, 192, 256, 512};
     static const int yes_no[] = {1, 0}, biases[] = {0, 8}, caps[] = {0, 10}, nhs[] = {1, 4};
     static const int nr3s[] = {1, 3}, nr2s[] = {1, 4, 8, 12, 16, 20, 32};
-    static const int kvs[] = {113, 512, 1024}, nbs[] = {1, 3, 32, 75}, types[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    static const int kvs[] = {113, 512, 1024}, nbs[] = {1, 3, 32, 75};
+    static const int types[] = {0, 1, 2, 3, 4, 5, 6, 7, 8}; /* case_types' indices */
+    /* hsk, hsv, mask, sinks, max_bias, logit_softcap, nh, nr3, nr2, kv, nb, prec, type_KV */
     static const int *const values[] = {hsks, hsvs, yes_no, yes_no, biases, caps, nhs,
                                         nr3s, nr2s, kvs,  nbs,  yes_no, types};
     static const int counts[] = {11, 9, 2, 2, 2, 2, 2, 2, 7, 3, 4, 2, 9};
