@@ -214,10 +214,11 @@ static uint16_t *random_mask(size_t batches, size_t rows, size_t cols, chk_rng *
         return NULL;
     for (size_t i = 0; i < n; i++)
         m[i] = chk_float_to_half(uniform_pm1(r));
-    const size_t blocks = n / 5 / (128 * 64);
+    const size_t blocks = n / 5 / 128 / 64;
     for (size_t k = 0; k < blocks; k++) {
-        const size_t b = (size_t)(chk_uniform(r) * batches), row = (size_t)(chk_uniform(r) * rows);
-        const size_t col = (size_t)(chk_uniform(r) * cols);
+        const size_t b = (size_t)(chk_uniform(r) * (double)batches);
+        const size_t row = (size_t)(chk_uniform(r) * (double)rows);
+        const size_t col = (size_t)(chk_uniform(r) * (double)cols);
         const uint16_t x = chk_uniform(r) < 0.5 ? 0xfc00u : 0u;
         for (size_t i = row; i < row + 64 && i < rows; i++)
             for (size_t j = col; j < col + 128 && j < cols; j++)
