@@ -18,7 +18,7 @@
  * kernels' copies: at multiples of 8 elements (16 bytes of half storage); of a coded format
  * (a FA_FLAG_KV call) at multiples of 2 bytes, the row's bytes too (the tensor cores' _kv
  * builds stage rows of 2 mod 4 bytes by loads, the others by cp.async; the 8-bit decode
- * kernel needs multiples of 4: kv_rows4). */
+ * kernel needs multiples of 4: kv_rows_at). */
 static int kv_rows_aligned(const fcl_attention_params *p, cl_ulong strides, unsigned format,
                            size_t dim)
 {
@@ -36,20 +36,13 @@ static cl_ulong kv_starts(const fcl_attention_params *p, int v)
              : p->k_offset | p->k_batch | p->k_head | p->k_token;
 }
 
-/* Whether every row of K and V (of a coded format) starts at a multiple of 4 bytes, as the
- * 8-bit decode kernel's staged rows need (its code words' alignment is known when it is
- * compiled; the rows' bytes are multiples of 4 at the head dims it takes). */
-static int kv_rows4(const fcl_attention_params *p)
+/* Whether every row of K and V (of a coded format) starts at a multiple of `bytes`: 4 for the
+ * 8-bit decode kernel's staged rows (its code words' alignment is known when it is compiled;
+ * the rows' bytes are multiples of 4 at the head dims it takes), 16 for its direct build's
+ * 16-byte copies (the rows' bytes are multiples of 16 where it takes them). */
+static int kv_rows_at(const fcl_attention_params *p, cl_ulong bytes)
 {
-    return ((kv_starts(p, 0) | kv_starts(p, 1)) % 4) == 0;
-}
-
-/* Whether every row of K and V (of a coded format) starts at a multiple of 16 bytes, as the
- * 8-bit decode kernel's direct build's 16-byte copies need (the rows' bytes are multiples of
- * 16 where it takes them). */
-static int kv_rows16(const fcl_attention_params *p)
-{
-    return ((kv_starts(p, 0) | kv_starts(p, 1)) % 16) == 0;
+    return ((kv_starts(p, 0) | kv_starts(p, 1)) % bytes) == 0;
 }
 
 /* Whether every row of q, k and v starts where the tensor-core kernels' copies need. */
@@ -130,8 +123,8 @@ static fcl_status plan_kernel(fcl_context *ctx, const fcl_attention_problem *pr,
         s = plan_nvidia(ctx,
                         fcl_plan_attention_gqa_rows(&ctx->info, &run->d,
                                                     nv_rows_aligned(&run->params),
-                                                    ctx->nv.kv_decode_on && kv_rows4(&run->params),
-                                                    ctx->nv.kv_direct_on && kv_rows16(&run->params),
+                                                    ctx->nv.kv_decode_on && kv_rows_at(&run->params, 4),
+                                                    ctx->nv.kv_direct_on && kv_rows_at(&run->params, 16),
                                                     ctx->nv.merge_in_kernel_on, l),
                         run, l, &taken);
     if (s != FCL_SUCCESS || taken)

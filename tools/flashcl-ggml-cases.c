@@ -353,14 +353,6 @@ done:
     free(want_lse);
 }
 
-static size_t type_index(fcl_kv_format f)
-{
-    for (size_t t = 0; t < N_TYPES; t++)
-        if (case_types[t] == f)
-            return t;
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     fcl_context_options opts = {0};
@@ -410,7 +402,7 @@ int main(int argc, char **argv)
     chk_rng rng = chk_rng_seeded(seed);
     printf("flashcl %s on %s (%s); llama.cpp's FLASH_ATTN_EXT cases: %zu; seed %llu\n",
            fcl_version_string(), info.name, info.platform_name, n, (unsigned long long)rng.state);
-    size_t count[N_TYPES][N_PATHS] = {{0}}, runs = 0, failed = 0;
+    size_t count[FCL_KV_FORMAT_MAX + 1][N_PATHS] = {{0}}, runs = 0, failed = 0; /* by format */
     double worst_nmse[N_PATHS] = {0}, worst_abs[N_PATHS] = {0};
     const double start = chk_seconds();
     for (size_t i = first; i < n; i += every) {
@@ -422,7 +414,7 @@ int main(int argc, char **argv)
         run_case(ctx, &cases[i], &rng, threads, &res);
         runs++;
         if (res.ran) {
-            count[type_index(cases[i].type)][res.path]++;
+            count[cases[i].type][res.path]++;
             worst_nmse[res.path] = fmax(worst_nmse[res.path], res.nmse);
             worst_abs[res.path] = fmax(worst_abs[res.path], res.max_abs_err);
         }
@@ -444,7 +436,7 @@ int main(int argc, char **argv)
     for (size_t t = 0; t < N_TYPES; t++) {
         printf("%-7s", chk_formats[case_types[t]].name);
         for (int p = 0; p < N_PATHS; p++)
-            printf(" %9zu", count[t][p]);
+            printf(" %9zu", count[case_types[t]][p]);
         printf("\n");
     }
     printf("%-7s", "NMSE");
