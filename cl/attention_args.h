@@ -79,7 +79,8 @@
     X(FA_FLAG_V_TOKEN_SCALES, 20) /* ... each V row's, at the vs_* view */                 \
     X(FA_FLAG_LEFTPAD_KV, 21)   /* sequence b's keys from row leftpad_kv[b] */              \
     X(FA_FLAG_QUERY_OFFSETS, 22) /* p(i) = i + query_offsets[b]; causality from it */     \
-    X(FA_FLAG_MERGE_LAST, 23)   /* with PARTIAL: the last split's group merges (counts) */
+    X(FA_FLAG_MERGE_LAST, 23)   /* with PARTIAL: the last split's group merges (counts) */ \
+    X(FA_FLAG_HEAD_ROWS, 24)    /* rows are one query's heads (GQA decoding as rows) */
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
@@ -90,9 +91,9 @@
  * fast); and everything with K and V in any format (FA_FEATURES_KV, the rows kernel too).
  * Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of what is
  * masked; the host runs the first built kernel whose features cover the call. */
-#define FA_FEATURES_ALL 0x60ffffu /* bits 0-15, 21 and 22 (leftpad_kv, query_offsets) */
-#define FA_FEATURES_KV 0x7fffffu
-#define FA_FEATURES_KV_DECODE 0xffffffu /* the 8-bit decode kernel's: _KV and MERGE_LAST */
+#define FA_FEATURES_ALL 0x160ffffu /* bits 0-15, 21, 22 (leftpad_kv, query_offsets) and 24 */
+#define FA_FEATURES_KV 0x17fffffu
+#define FA_FEATURES_KV_DECODE 0x1ffffffu /* the 8-bit decode kernel's: _KV and MERGE_LAST */
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)

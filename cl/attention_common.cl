@@ -356,8 +356,10 @@ FCL_INLINE fa_seq fa_sequence(const fa_params *p, const fa_io *io, ulong b, ulon
         s.ks.base += b * p->ks_batch + kv_start * p->ks_token;
         s.vs.base += b * p->vs_batch + kv_start * p->vs_token;
     }
+    /* (rows that are one query's heads: that query's, the last of one) */
+    const long rows_q = (p->flags & FA_FLAG_HEAD_ROWS) ? 1L : (long)s.len_q;
     s.pos_offset = (p->flags & FA_FLAG_QUERY_OFFSETS) ? (long)io->query_offsets[b]
-                                                      : (long)s.len_kv - (long)s.len_q;
+                                                      : (long)s.len_kv - rows_q;
     s.causal_offset = (p->flags & (FA_FLAG_BOTTOM_RIGHT | FA_FLAG_QUERY_OFFSETS)) ? s.pos_offset : 0;
     return s;
 }
@@ -390,11 +392,31 @@ FCL_INLINE fa_rows fa_out_rows(const fa_params *p, const fa_seq *s)
                       p->o_token);
 }
 
-/* The ALiBi slope of the sequence's head (0 without ALiBi). */
-FCL_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s)
+/* Query row qi's position among the keys, p(i) (the window's), and its query head (its
+ * sink's): with FA_FLAG_HEAD_ROWS, where the rows are the heads of a GQA group that decode one
+ * query as rows of their kv head (src/attention_desc.c, fcl_attention_gqa_rows), every row's
+ * position is the query's and row qi is query head h len_q + qi (rows past the group, a
+ * tile's padding, the group's last: its sink and slope are read, never past the buffers). */
+FCL_INLINE ulong fa_query_index(const fa_params *p, ulong qi)
+{
+    return (p->flags & FA_FLAG_HEAD_ROWS) ? 0 : qi; /* i of p(i) = i + pos_offset */
+}
+
+FCL_INLINE long fa_query_pos(const fa_params *p, const fa_seq *s, ulong qi)
+{
+    return (long)fa_query_index(p, qi) + s->pos_offset;
+}
+
+FCL_INLINE ulong fa_query_head(const fa_params *p, const fa_seq *s, ulong qi)
+{
+    return (p->flags & FA_FLAG_HEAD_ROWS) ? s->h * p->len_q + min(qi, p->len_q - 1) : s->h;
+}
+
+/* The ALiBi slope of query row qi's head (0 without ALiBi). */
+FCL_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s, ulong qi)
 {
     return (p->flags & (FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK))
-               ? io->alibi_slopes[s->b * p->alibi_batch + s->h]
+               ? io->alibi_slopes[s->b * p->alibi_batch + fa_query_head(p, s, qi)]
                : 0.0f;
 }
 
@@ -429,8 +451,8 @@ FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong
     if (p->flags & FA_FLAG_CAUSAL)
         hi = min(hi, last_q + w.s.causal_offset);
     if (p->flags & FA_FLAG_WINDOW) {
-        hi = min(hi, last_q + w.s.pos_offset + (long)p->window_right);
-        lo = max(lo, first_q + w.s.pos_offset - (long)p->window_left);
+        hi = min(hi, fa_query_pos(p, &w.s, (ulong)last_q) + (long)p->window_right);
+        lo = max(lo, fa_query_pos(p, &w.s, (ulong)first_q) - (long)p->window_left);
     }
     w.kv_begin = (ulong)max(lo, 0L);
     w.kv_end = hi < lo ? w.kv_begin : (ulong)hi + 1;
@@ -444,7 +466,7 @@ FCL_INLINE int2 fa_visible_keys(const fa_params *p, const fa_work *w, ulong qi)
     const int2 none = (int2)(1, 0);
     if (qi >= w->s.len_q || w->kv_begin >= w->kv_end)
         return none;
-    const long pos = (long)qi + w->s.pos_offset; /* p(i) */
+    const long pos = fa_query_pos(p, &w->s, qi); /* p(i) */
     long lo = (long)w->kv_begin, hi = (long)w->kv_end - 1;
     if (p->flags & FA_FLAG_CAUSAL)
         hi = min(hi, (long)qi + w->s.causal_offset);
@@ -483,10 +505,11 @@ FCL_INLINE float fa_exp_under(float x, float m)
 
 /* ALiBi's |p(i) - j| in 32 bits: below L_q + L_kv <= 2^31 - 1 (the host's limit with ALiBi).
  * 64-bit arithmetic and conversion here cost NVIDIA's compiler 14 registers and the H100 9%
- * of the prefill time. */
-FCL_INLINE float fa_alibi_distance(const fa_work *w, ulong qi, ulong kj)
+ * of the prefill time. i: fa_query_index's, which the callers whose rows may be heads take,
+ * so that the tensor-core prefill pays no test a score for it. */
+FCL_INLINE float fa_alibi_distance(const fa_work *w, ulong i, ulong kj)
 {
-    return (float)abs((int)((uint)qi + (uint)w->s.pos_offset - (uint)kj));
+    return (float)abs((int)((uint)i + (uint)w->s.pos_offset - (uint)kj));
 }
 
 /* s with the mask entry of (qi, kj) applied: -inf where a boolean mask hides the key; a -inf
@@ -511,9 +534,9 @@ FCL_INLINE float fa_modified_score(const fa_params *p, const fa_io *io, const fa
 {
     if (p->flags & FA_FLAG_SOFTCAP)
         s = fa_softcap(p->softcap, s);
-    const float slope = fa_slope(p, io, &w->s);
+    const float slope = fa_slope(p, io, &w->s, qi);
     if (p->flags & FA_FLAG_ALIBI)
-        s -= slope * fa_alibi_distance(w, qi, kj);
+        s -= slope * fa_alibi_distance(w, fa_query_index(p, qi), kj);
     if (p->flags & FA_MASKS)
         s = fa_masked(p, io, w, s, qi, kj, slope, visible);
     return s;
@@ -535,11 +558,13 @@ FCL_INLINE float fa_score(const fa_params *p, const fa_io *io, const fa_work *w,
 /* The output scale and lse of a row from its final (m, l), the sink joining the
  * denominator: out = o * inv_d. A row with no visible key gives 0 and lse = sink (-inf
  * without sinks), never NaN. */
-FCL_INLINE fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, float m, float l)
+FCL_INLINE fcl_row_norm fa_row_norm(const fa_params *p, const fa_io *io, const fa_seq *s, ulong qi,
+                                     float m, float l)
 {
     if (!(p->flags & FA_FLAG_SINKS))
         return fcl_row_norm_from((float2)(m, l));
-    const float2 with_sink = fcl_stat_merge((float2)(m, l), fcl_sink_state(io->sinks[s->h]));
+    const float sink = io->sinks[fa_query_head(p, s, qi)];
+    const float2 with_sink = fcl_stat_merge((float2)(m, l), fcl_sink_state(sink));
     fcl_row_norm n = fcl_row_norm_from(with_sink);
     n.inv_d *= m == -INFINITY ? 0.0f : exp(m - with_sink.x); /* o was summed under max m */
     return n;
@@ -675,7 +700,7 @@ FCL_INLINE fa_dest fa_finish_row(const fa_params *p, const fa_io *io, const fa_w
             io->partial_ml[slot] = (float2)(m, l);
         return dst;
     }
-    const fcl_row_norm n = fa_row_norm(p, io, &w->s, m, l);
+    const fcl_row_norm n = fa_row_norm(p, io, &w->s, qi, m, l);
     const fa_rows o = fa_out_rows(p, &w->s);
     dst.at = fa_row(p, io, &o, qi);
     dst.scale = n.inv_d;

@@ -705,6 +705,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
                 top = fmax(top, x[nb][e]);
             }
     } else {
+        const float slope = fa_slope(p, io, &w->s, qi); /* row g's head's (0 without ALiBi) */
         #pragma unroll
         for (uint nb = 0; nb < 2; nb++)
             #pragma unroll
@@ -713,8 +714,10 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
                 float v = s[nb][e] * qk_scale;
                 if (p->flags & FA_FLAG_SOFTCAP)
                     v = fa_softcap(p->softcap, v);
+                if (p->flags & FA_FLAG_ALIBI)
+                    v -= slope * fa_alibi_distance(w, fa_query_index(p, qi), kb + key);
                 if (p->flags & FA_MASKS)
-                    v = fa_masked(p, io, w, v, qi, kb + key, 0.0f, key < keys_in && qi < w->s.len_q);
+                    v = fa_masked(p, io, w, v, qi, kb + key, slope, key < keys_in && qi < w->s.len_q);
                 x[nb][e] = key < keys_in ? v : -INFINITY;
                 top = fmax(top, x[nb][e]);
             }
@@ -961,7 +964,7 @@ FCL_INLINE void FCL_CAT(fa_kvd_run, FA_NAME)(const fa_params *p, const fa_io *io
             }
         }
         const float qk_scale = p->q_scale * w.s.k_scale * q_factor;
-        const int scale_in_c = !(p->flags & (FA_FLAG_SOFTCAP | FA_MASKS)) && qk_scale > 0.0f;
+        const int scale_in_c = !(p->flags & FA_SCORE_MODIFIERS) && qk_scale > 0.0f;
         const float c = scale_in_c ? qk_scale * M_LOG2E_F : M_LOG2E_F;
         /* scale_in_c: the scores are q.k (times K's TOKEN scales) times c, no softcap or mask.
          * fa_kvd_weigh then tests the features once a chunk where each took a test a key, and

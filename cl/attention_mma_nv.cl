@@ -470,6 +470,12 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
 #define FA_MMA_S(x) s[(x) / (FA_MMA_NKEYS * 4)][(x) / 4 % FA_MMA_NKEYS][(x) % 4]
 #define FA_MMA_ROW_OF(x) ((x) / (FA_MMA_NKEYS * 4) * 2 + (x) % 4 / 2)
 #define FA_MMA_KEY(x) (k0 + kw * FA_MMA_WKEYS + (x) / 4 % FA_MMA_NKEYS * 8 + 2 * t + (x) % 2)
+/* ALiBi's slope of the lane's row r (the kernel's slope[]: one a row in the GQA builds),
+ * and the i of its query's position p(i) (fa_query_index: rows may be heads only there; in
+ * the prefill builds its test a score took the H200's B4 H16/4 L4096 D128 causal ALiBi
+ * prefill from 1.46 to 1.49 ms) */
+#define FA_MMA_SLOPE(r) slope[FA_MMA_KWARPS > 1 ? (r) : 0]
+#define FA_MMA_QUERY_INDEX(qi) (FA_MMA_KWARPS > 1 ? fa_query_index(p, qi) : (qi))
 /* A lane's row r in its work-group's block of FA_MMA_BQ: row g + 8 (r % 2) of row tile r / 2
  * of the warp's row tiles */
 #define FA_MMA_BLOCK_ROW(r) ((rw * FA_MMA_MT + (r) / 2) * 16 + g + 8 * ((r) % 2))
@@ -1365,7 +1371,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             qi[r] = w.q0 + FA_MMA_BLOCK_ROW(r);
             vis[r] = fa_visible_keys(p, &w, qi[r]);
         }
-        const float slope = fa_slope(p, io, &w.s); /* ALiBi's, 0 without */
+        /* ALiBi's slope (0 without): of each row in the GQA builds, whose rows may be a
+         * group's heads (FA_FLAG_HEAD_ROWS: the planner gives GQA rows key warps, src/plan.c's
+         * fcl_plan_mma_shape), else of the tile's head (a register, not one a row) */
+        float slope[FA_MMA_KWARPS > 1 ? FA_MMA_ROWS : 1];
+        #pragma unroll
+        for (uint r = 0; r < (FA_MMA_KWARPS > 1 ? FA_MMA_ROWS : 1); r++)
+            slope[r] = fa_slope(p, io, &w.s, qi[r]);
         if (w.kv_begin < w.kv_end) {
             FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[0], v_at[0], k_sc[0], v_sc[0], p, io, &w.s,
                                                w.kv_begin, w.kv_end);
@@ -1516,13 +1528,16 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             if (p->flags & FA_FLAG_ALIBI) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
-                    FA_MMA_S(x) -= slope * fa_alibi_distance(&w, qi[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x));
+                    FA_MMA_S(x) -= FA_MMA_SLOPE(FA_MMA_ROW_OF(x)) *
+                                   fa_alibi_distance(&w, FA_MMA_QUERY_INDEX(qi[FA_MMA_ROW_OF(x)]),
+                                                     FA_MMA_KEY(x));
             }
             if (p->flags & FA_MASKS) {
                 #pragma unroll
                 for (uint x = 0; x < FA_MMA_SCORES; x++)
                     FA_MMA_S(x) = fa_masked(p, io, &w, FA_MMA_S(x), qi[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x),
-                                            slope, !fa_hidden(vis[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x)));
+                                            FA_MMA_SLOPE(FA_MMA_ROW_OF(x)),
+                                            !fa_hidden(vis[FA_MMA_ROW_OF(x)], FA_MMA_KEY(x)));
             }
             const long first = k0 + kw * FA_MMA_WKEYS, final = first + FA_MMA_WKEYS - 1;
             int sees_all = 1;
@@ -1665,6 +1680,8 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_S
 #undef FA_MMA_ROW_OF
 #undef FA_MMA_KEY
+#undef FA_MMA_SLOPE
+#undef FA_MMA_QUERY_INDEX
 #undef FA_MMA_BLOCK_ROW
 #undef FA_MMA_BQ
 #undef FA_MMA_WKEYS

@@ -161,7 +161,7 @@ __kernel void FCL_CAT(attention_rows, FA_NAME)(FA_KERNEL_ARGS)
             lo[r] = vis.x;
             hi[r] = vis.y;
             at[r] = (int)((uint)qi + (uint)w.s.pos_offset);
-            slope[r] = fa_slope(p, io, &wh.s);
+            slope[r] = fa_slope(p, io, &wh.s, qi);
         }
         for (uint d = 0; d < dim_v4; d++)
             for (uint h = 0; h < FA_RV; h++)

@@ -319,7 +319,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint j = 0; j < FA_SK; j++)
                         s[i][j] = fa_softcap(p->softcap, s[i][j]);
             }
-            const float slope = fa_slope(p, io, &w.s);
+            const float slope = fa_slope(p, io, &w.s, q0); /* (every row's head's) */
             if (p->flags & FA_FLAG_ALIBI) {
                 #pragma unroll
                 for (uint i = 0; i < FA_SQ; i++)

@@ -574,7 +574,8 @@ typedef enum fcl_attention_path {
 /* How fcl_attention would run d: the kernel, its tile shape and the number of key splits.
  * Buffers that come only with the call (sinks, alibi_slopes without alibi_from_mask,
  * seqlens_kv, cu_seqlens) are taken as absent, and can change the kernel: GQA decoding with
- * sinks, for one, runs FCL_ATTENTION_PATH_DECODE where the plan of d says MMA.
+ * packed queries (cu_seqlens_q), for one, runs FCL_ATTENTION_PATH_DECODE where the plan of d
+ * says MMA.
  * Kernels are compiled (or loaded from the program cache) on first use, a few at a time;
  * planning counts as a use (it builds the kernels the call would run), so an application
  * that must not wait for a compile in its first call plans its shapes once when it loads

@@ -589,17 +589,19 @@ int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_proble
     const fcl_attention_desc *d = &pr->d;
     const fcl_attention_params *p = &pr->params;
     const size_t group = d->heads_q / d->heads_kv;
-    /* What the rewrite keeps: the kv side's addressing, softcap, lse, split-KV, and masks
+    /* What the rewrite keeps: the kv side's addressing, softcap, lse, split-KV, masks
      * (their head stride becomes the rows' and the group's: llama.cpp decodes under an f16
-     * mask, one row a sequence for every head). Everything else that depends on the query's
-     * position or head (top-left causality, the window, ALiBi, ALiBi from the mask, sinks,
-     * packed queries) would change meaning. Bottom-right causality shows one query every key
-     * of its sequence: it becomes no rule. */
+     * mask, one row a sequence for every head), and, through FA_FLAG_HEAD_ROWS (the kernels'
+     * fa_query_pos and fa_query_head), the window, ALiBi (from the mask too) and sinks
+     * (gpt-oss's). The rest that depends on the query's position (top-left causality, query
+     * offsets, packed queries) would change meaning. Bottom-right causality shows one query
+     * every key of its sequence: it becomes no rule. */
     const cl_uint kept = FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT | FA_FLAG_SOFTCAP |
                          FA_FLAG_SEQLENS_KV | FA_FLAG_CU_KV | FA_FLAG_PAGED | FA_FLAG_LSE |
                          FA_FLAG_KV | FA_FLAG_K_HEAD_SCALES | FA_FLAG_V_HEAD_SCALES |
                          FA_FLAG_K_TOKEN_SCALES | FA_FLAG_V_TOKEN_SCALES | FA_FLAG_LEFTPAD_KV |
-                         FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL;
+                         FA_FLAG_MASK_ADD | FA_FLAG_MASK_ADD_F16 | FA_FLAG_MASK_BOOL |
+                         FA_FLAG_WINDOW | FA_FLAG_SINKS | FA_FLAG_ALIBI | FA_FLAG_ALIBI_MASK;
     const int top_left = (p->flags & FA_FLAG_CAUSAL) && !(p->flags & FA_FLAG_BOTTOM_RIGHT);
     /* K/V formats: groups of one head too (no other NVIDIA kernel reads them) */
     const size_t least = p->flags & FA_FLAG_KV ? 1 : 2;
@@ -612,6 +614,7 @@ int fcl_attention_gqa_rows(const fcl_attention_problem *pr, fcl_attention_proble
     rows->d.len_q = group;
     rows->d.causal = FCL_CAUSAL_NONE;
     rows->params.flags &= ~(cl_uint)(FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT);
+    rows->params.flags |= FA_FLAG_HEAD_ROWS;
     rows->params.heads_q = d->heads_kv;
     rows->params.group = 1;
     rows->params.len_q = group;

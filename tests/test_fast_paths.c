@@ -434,13 +434,44 @@ static void test_decode_nv_features_match(void **state)
     fcl_context_destroy(portable);
 }
 
+/* Sinks of 8 query heads, each its own (an index taken from the kv head shows), one -inf
+ * and one that outweighs a few hundred keys. */
+static const float head_sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0.0f, 9.0f, 3.0f, -2.0f};
+
+/* ALiBi slopes of 2 sequences of 8 query heads (alibi_slopes_batch_stride 8), each its own. */
+static const float head_slopes[16] = {0.5f,  0.25f, 0.125f, 0.0625f, 0.03125f, 0.015625f,
+                                      0.0078125f, 0.00390625f, 0.1f, 0.2f, 0.3f, 0.4f,
+                                      0.5f, 0.6f, 0.7f, 0.8f};
+
+/* Applies feature f of the query's head and position to GQA decoding call r: 1 each query
+ * head's sink, 2 the window of 100 keys, 4 ALiBi with slopes of each sequence's heads, 8
+ * ALiBi from an f16 mask of positions (one row a sequence, head stride 0, llama.cpp's). */
+enum { ROWS_SINKS = 1, ROWS_WINDOW = 2, ROWS_ALIBI = 4, ROWS_ALIBI_MASK = 8 };
+static void add_head_features(attention_run *r, int f)
+{
+    if (f & ROWS_SINKS)
+        r->io.sinks = head_sinks; /* given with the call: the plan does not see them */
+    if (f & ROWS_WINDOW)
+        r->d.window = 1, r->d.window_left = 100, r->d.window_right = 0;
+    if (f & (ROWS_ALIBI | ROWS_ALIBI_MASK))
+        r->io.alibi_slopes = head_slopes, r->d.alibi_slopes_batch_stride = 8;
+    if (f & ROWS_ALIBI_MASK) {
+        r->d.alibi_from_mask = 1;
+        uint16_t *m = attention_mask(r, FCL_MASK_ADD_F16);
+        r->d.mask_stride_head = 0;
+        for (size_t e = 0; e < r->mask_n; e++)
+            if (m[e] != chk_float_to_half(-INFINITY))
+                m[e] = chk_float_to_half(-(float)(e % r->d.len_kv % 37));
+    }
+}
+
 /* Decoding one query row with GQA groups in f16, bf16 and float32 q over f16 K and V (up to
  * head dim 128; float32 keeps the portable decode kernel:
  * test_mma_path_is_planned_where_it_runs): the group's heads as rows of one kv head on the
  * tensor cores, two warps a row tile with half the keys each (lse, bottom-right causality,
  * softcap, split-KV, store_hard_decode_values's NaN key and infinite and NaN queries, a
- * shuffled paged cache with an empty sequence); the features that depend on the query's
- * position or head keep the portable decode kernel. */
+ * shuffled paged cache with an empty sequence, the window, sinks and ALiBi); top-left
+ * causality keeps the portable decode kernel. */
 static void test_gqa_decode_rows_match(void **state)
 {
     (void)state;
@@ -488,24 +519,29 @@ static void test_gqa_decode_rows_match(void **state)
             attention_free_inputs(&r);
         }
 
-        static const float sinks[8] = {0.5f, -INFINITY, 2.0f, -1.0f, 0, 1, 3, -2};
+        /* the features of the query's head and position (add_head_features), the last two
+         * with three splits of which the window leaves two empty; top-left causality keeps
+         * the portable decode kernel */
         const fcl_attention_desc base = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
                                    .len_kv = 500, .head_dim = 64, .dtype_q = t,
                                    .dtype_kv = tkv};
-        for (int c = 0; c < 3; c++) {
+        static const int features[] = {ROWS_SINKS, ROWS_WINDOW, ROWS_ALIBI, ROWS_ALIBI_MASK,
+                                       ROWS_WINDOW | ROWS_SINKS | ROWS_ALIBI,
+                                       ROWS_WINDOW | ROWS_ALIBI_MASK};
+        for (size_t c = 0; c < sizeof features / sizeof features[0]; c++) {
             attention_run r = {.d = base};
-            if (c == 0)
-                r.d.causal = FCL_CAUSAL_TOP_LEFT;
-            else if (c == 1)
-                r.d.window = 1, r.d.window_left = 100, r.d.window_right = 0;
+            r.d.kv_splits = c >= 4 ? 3 : 0;
             attention_contiguous_inputs(&r);
-            if (c == 2)
-                r.io.sinks = sinks; /* given with the call: the plan of r.d cannot see them */
-            else
-                assert_int_not_equal(path_of(support_ctx, &r.d), FCL_ATTENTION_PATH_MMA);
-            check_attention_run(&r);
+            add_head_features(&r, features[c]);
+            check_both(portable, &r, FCL_ATTENTION_PATH_MMA);
             attention_free_inputs(&r);
         }
+        attention_run r = {.d = base};
+        r.d.causal = FCL_CAUSAL_TOP_LEFT;
+        attention_contiguous_inputs(&r);
+        assert_int_not_equal(path_of(support_ctx, &r.d), FCL_ATTENTION_PATH_MMA);
+        check_attention_run(&r);
+        attention_free_inputs(&r);
     }
     fcl_context_destroy(portable);
 }
@@ -964,6 +1000,37 @@ static void test_kv_decode_masked(void **state)
     fcl_context_destroy(portable);
 }
 
+/* GQA decoding over coded K/V with the features of the query's head and position
+ * (add_head_features), three splits of which the window leaves two empty (merged in the
+ * kernel), on the 8-bit decode kernel's build for q8_0, for any format (float32 q) and its
+ * direct build (int8), and switched off, on the _kv builds' rows (f16 q) or prefill (float32
+ * q). */
+static void test_kv_decode_head_features(void **state)
+{
+    (void)state;
+    fcl_context *portable = portable_context(), *without = tuned_context("attention_kv_decode=0");
+    static const struct {
+        fcl_dtype q;
+        fcl_kv_format k, v;
+        int features;
+    } cases[] = {{FCL_DTYPE_F16, FCL_KV_Q8_0, FCL_KV_Q8_0, ROWS_SINKS | ROWS_WINDOW},
+                 {FCL_DTYPE_F32, FCL_KV_Q4_0, FCL_KV_Q8_0, ROWS_SINKS | ROWS_ALIBI},
+                 {FCL_DTYPE_F16, FCL_KV_INT8, FCL_KV_INT8, ROWS_WINDOW | ROWS_ALIBI_MASK}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        attention_run r = {.d = {.batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1,
+                                 .len_kv = 500, .head_dim = 128, .kv_splits = 3,
+                                 .causal = FCL_CAUSAL_BOTTOM_RIGHT, .dtype_q = cases[i].q,
+                                 .format_k = cases[i].k, .format_v = cases[i].v}};
+        kv_case_inputs(&r, KV_FROM_DATA, FCL_KV_SCALE_NONE,
+                       cases[i].v == FCL_KV_INT8 ? FCL_KV_SCALE_TOKEN : FCL_KV_SCALE_NONE, 0);
+        add_head_features(&r, cases[i].features);
+        check_kv_switched(portable, without, &r);
+        kv_free_run(&r);
+    }
+    fcl_context_destroy(without);
+    fcl_context_destroy(portable);
+}
+
 /* The 8-bit decode kernel's direct build (f16 q, int8 and fp8 K and V, rows at multiples of
  * 16 bytes, head dims 64 and 128) against the float64 reference and, switched off
  * (FLASHCL_TUNE=attention_kv_direct=0: the staged copies), the same calls: head dims 128 and
@@ -1151,6 +1218,7 @@ int main(void)
         cmocka_unit_test(test_mma_kv_f32_q_matches),
         cmocka_unit_test(test_mma_kv_even_rows),
         cmocka_unit_test(test_kv_decode_masked),
+        cmocka_unit_test(test_kv_decode_head_features),
         cmocka_unit_test(test_kv_decode_direct),
         cmocka_unit_test(test_kv_decode_merge_in_kernel),
         cmocka_unit_test(test_mma_kv_fixed_formats),

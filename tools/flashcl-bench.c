@@ -29,7 +29,7 @@ static const char usage[] =
     "usage: flashcl-bench [-d DEVICE] [--preset cpu|gpu|engine|engine-cpu|smoke] [--json|--csv]\n"
     "                     [--reps N] [--warmup N] [--hot] [--softmax MxN]\n"
     "                     [--dtype f32|f16|bf16|tf32]\n"
-    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l][,m]]\n"
+    "                     [--attention B,H[/Hkv],Lq,Lk,D[,c][,pN][,sN][,l][,m][,k][,w][,a]]\n"
     "                     [--kv FORMAT[,FORMAT_V]] [--kv-scales token] [--kv-write T,Hkv,D[,pN]]\n"
     "  Device-time medians after warm-up, with a copy kernel measured in the same run,\n"
     "  and the host time inside each call (enq ms: its enqueue, on an idle queue).\n"
@@ -37,7 +37,8 @@ static const char usage[] =
     "  c = causal (top-left), pN = K and V in a paged cache of N-token pages,\n"
     "  sN = N key splits (kv_splits) instead of the planner's, l = [batch][len][heads][dim]\n"
     "  layout (BLHD, a paged cache's) instead of [batch][heads][len][dim], m = an additive\n"
-    "  f16 mask of one row a query shared by every head (llama.cpp's);\n"
+    "  f16 mask of one row a query shared by every head (llama.cpp's), k = a sink a query\n"
+    "  head, w = a window of the 1024 keys up to each query's position, a = ALiBi;\n"
     "  tf32: float32 storage, attention with FCL_PRECISION_TF32.\n"
     "  --kv: every attention case's K (and V) in that format (f32, f16, bf16, q8_0, q4_0,\n"
     "  q4_1, q5_0, q5_1, iq4_nl, fp8_e4m3, fp8_e5m2, int8); GB/s count the bytes read.\n"
@@ -594,6 +595,13 @@ static double sequence_pairs(const bench_case *c, size_t lq, size_t lk)
     return pairs;
 }
 
+/* Keys of a sequence some query sees: with the window, from the first query's first. */
+static size_t keys_read(const bench_case *c)
+{
+    const double first = (double)c->len_kv - (double)c->len_q - (BENCH_WINDOW - 1);
+    return c->mods & MOD_WINDOW && first > 0.0 ? c->len_kv - (size_t)first : c->len_kv;
+}
+
 static double visible_pairs(const bench_case *c)
 {
     double pairs = 0.0;
@@ -658,12 +666,13 @@ static int run_case(bench *b, const bench_case *c, bench_result *res)
         bytes[1] = kv_tokens * hkv * k_row;
         bytes[2] = kv_tokens * hkv * v_row;
         n_bufs = 4;
-        useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * c->len_kv * hkv * (k_row + v_row));
+        const size_t keys = keys_read(c);
+        useful = (double)(bytes[0] + bytes[3]) + (double)(c->batch * keys * hkv * (k_row + v_row));
         useful += (double)mask_bytes(c);
-        useful += (double)((token_scaled(c, 0) + token_scaled(c, 1)) * c->batch * c->len_kv *
-                           hkv * sizeof(float)); /* the read keys' scales */
+        useful += (double)((token_scaled(c, 0) + token_scaled(c, 1)) * c->batch * keys * hkv *
+                           sizeof(float)); /* the read keys' scales */
         if (is_mla(c)) { /* V is a view of K: read once, no buffer of its own */
-            useful -= (double)(c->batch * c->len_kv * hkv * v_row);
+            useful -= (double)(c->batch * keys * hkv * v_row);
             bytes[2] = 16;
         }
         fn = enqueue_attention;
@@ -771,6 +780,12 @@ static int parse_attention(const char *arg, bench_case *c)
             c->blhd = 1, p += 2;
         else if (strncmp(p, ",m", 2) == 0 && (p[2] == ',' || !p[2]))
             c->mods |= MOD_MASK, p += 2;
+        else if (strncmp(p, ",k", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->mods |= MOD_SINKS, p += 2;
+        else if (strncmp(p, ",a", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->mods |= MOD_ALIBI, p += 2;
+        else if (strncmp(p, ",w", 2) == 0 && (p[2] == ',' || !p[2]))
+            c->mods |= MOD_WINDOW, p += 2;
         else if ((sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size) ||
                  (sscanf(p, ",s%zu%n", &c->kv_splits, &n) == 1 && c->kv_splits))
             p += n;

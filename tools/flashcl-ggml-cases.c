@@ -14,7 +14,8 @@
  * q8_0). Inputs: uniform in [-1, 1) as ggml's tests; coded K/V from random bytes with
  * moderate block factors (d of either sign, m), so that every code pattern occurs. ggml's
  * GGML_PREC_F32 and DEFAULT are the same call here (flashcl's arithmetic is float32). The
- * path counted is fcl_attention_plan's, which plans a call as if it had no sinks.
+ * path counted is fcl_attention_plan's (which takes the sinks as absent: they do not change
+ * the path).
  * Not part of the library. */
 #include "check.h"
 #include "flashcl.h"
