@@ -55,6 +55,7 @@
  * #if cannot see: a kernel that compiles code in or out by FA_FLAG_KV tests this bit of
  * FA_FEATURES. */
 #define FA_FLAG_KV_BIT 16
+#define FA_FLAG_HEAD_ROWS_BIT 24
 #define FA_FLAGS(X)                                                                            \
     X(FA_FLAG_MASK_ADD, 0)      /* additive float32 mask */                                 \
     X(FA_FLAG_MASK_ADD_F16, 1)  /* additive float16 mask */                                 \
@@ -80,7 +81,7 @@
     X(FA_FLAG_LEFTPAD_KV, 21)   /* sequence b's keys from row leftpad_kv[b] */              \
     X(FA_FLAG_QUERY_OFFSETS, 22) /* p(i) = i + query_offsets[b]; causality from it */     \
     X(FA_FLAG_MERGE_LAST, 23)   /* with PARTIAL: the last split's group merges (counts) */ \
-    X(FA_FLAG_HEAD_ROWS, 24)    /* rows are one query's heads (GQA decoding as rows) */
+    X(FA_FLAG_HEAD_ROWS, FA_FLAG_HEAD_ROWS_BIT) /* rows are one query's heads (GQA rows) */
 
 #define FA_FLAG_ENUM_ENTRY(name, bit) name = 1u << (bit),
 
@@ -91,9 +92,14 @@
  * fast); and everything with K and V in any format (FA_FEATURES_KV, the rows kernel too).
  * Each kernel masks flags with its FA_FEATURES, so the compiler removes the code of what is
  * masked; the host runs the first built kernel whose features cover the call. */
-#define FA_FEATURES_ALL 0x160ffffu /* bits 0-15, 21, 22 (leftpad_kv, query_offsets) and 24 */
-#define FA_FEATURES_KV 0x17fffffu
-#define FA_FEATURES_KV_DECODE 0x1ffffffu /* the 8-bit decode kernel's: _KV and MERGE_LAST */
+#define FA_FEATURES_ALL 0x60ffffu /* bits 0-15, 21 and 22 (leftpad_kv, query_offsets) */
+#define FA_FEATURES_KV 0x7fffffu
+/* ... the 8-bit decode kernel's: _KV, MERGE_LAST and HEAD_ROWS. FA_FLAG_HEAD_ROWS reaches
+ * only the NVIDIA kernels that take GQA rows and the merge kernel, which add it to theirs
+ * (FA_WITH_HEAD_ROWS): in the portable kernels its tests cost AMD's gfx1030 a spill in the
+ * tile kernel's _kv build at head dim 64 (amd_offline_check). */
+#define FA_FEATURES_KV_DECODE 0x1ffffffu
+#define FA_WITH_HEAD_ROWS(features) ((features) | 1u << FA_FLAG_HEAD_ROWS_BIT)
 #define FA_FEATURES_PLAIN                                                                      \
     (FA_FLAG_MASK_ADD | FA_FLAG_MASK_BOOL | FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT |          \
      FA_FLAG_LSE | FA_FLAG_PARTIAL)

@@ -64,7 +64,7 @@ static void add_mma_build(fcl_text *t, int bucket, int kind, int gqa_rows, int k
                  f32 ? "tf32" : q32 ? "f16" : fcl_mma_kind_names[kind], f32, kind == FCL_MMA_F32, q32,
                  sh.warps,
                  sh.key_warps, sh.row_tiles, sh.block_kv, sh.l2_lines,
-                 kv ? FA_FEATURES_KV : FA_FEATURES_ALL,
+                 FA_WITH_HEAD_ROWS(kv ? FA_FEATURES_KV : FA_FEATURES_ALL),
                  format, format, fcl_cl_attention_mma_nv);
 }
 

@@ -185,7 +185,7 @@ static char *program_source(const kernel_plan *plan, const parts *p)
     if (p->merge)
         fcl_text_add(&t, "#define FA_FEATURES 0x%xu\n#line 1 \"attention_merge.cl\"\n%s\n"
                          "#undef FA_FEATURES\n",
-                     FA_FEATURES_ALL, fcl_cl_attention_merge);
+                     FA_WITH_HEAD_ROWS(FA_FEATURES_ALL), fcl_cl_attention_merge);
     if (t.failed) {
         free(t.s);
         return NULL;
@@ -728,6 +728,14 @@ static fcl_status path_kernel(fcl_context *ctx, const fcl_attention_launch *l, i
     return s;
 }
 
+/* The features variant v's build on l's path takes: the tensor-core kernel's, which take
+ * GQA rows, add FA_FLAG_HEAD_ROWS (src/nvidia.c). */
+static cl_uint path_features(const fcl_attention_launch *l, int v)
+{
+    const cl_uint features = (cl_uint)fcl_attention_variant_features(v);
+    return l->path == FCL_ATTENTION_PATH_MMA ? FA_WITH_HEAD_ROWS(features) : features;
+}
+
 fcl_status fcl_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l,
                                 cl_uint flags, cl_kernel *kernel)
 {
@@ -737,7 +745,7 @@ fcl_status fcl_attention_kernel(fcl_context *ctx, const fcl_attention_launch *l,
     fcl_status s = FCL_SUCCESS;
     *kernel = NULL;
     for (int i = 0; i < FCL_ATTENTION_VARIANTS && s == FCL_SUCCESS && !*kernel; i++)
-        if (!(flags & ~(cl_uint)fcl_attention_variant_features(order[i])))
+        if (!(flags & ~path_features(l, order[i])))
             s = path_kernel(ctx, l, order[i], kernel);
     return s;
 }
