@@ -975,6 +975,36 @@ static void test_tuning_resolve(void **state)
     assert_false(t.attention_rows);
 }
 
+/* GQA decoding rewritten as rows of a kv head (fcl_attention_gqa_rows, which the NVIDIA
+ * kernels run): the group's heads become the rows, and sinks, ALiBi and the window stay, read
+ * a row's head and position through FA_FLAG_HEAD_ROWS; what gives each query its own
+ * position (top-left causality, query_offsets) keeps the call as it is. */
+static void test_gqa_rows_rewrite(void **state)
+{
+    (void)state;
+    const fcl_attention_desc d = {.batch = 2, .heads_q = 32, .heads_kv = 8, .len_q = 1,
+                                  .len_kv = 1000, .head_dim = 64, .window = 1,
+                                  .window_left = 127, .causal = FCL_CAUSAL_BOTTOM_RIGHT};
+    const fcl_attention_given with = {.sinks = 1, .alibi_slopes = 1};
+    fcl_attention_problem pr, rows;
+    assert_int_equal(fcl_attention_resolve(NULL, &d, &with, &pr), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_gqa_rows(&pr, &rows), 1);
+    const cl_uint kept = FA_FLAG_SINKS | FA_FLAG_ALIBI | FA_FLAG_WINDOW | FA_FLAG_HEAD_ROWS;
+    assert_int_equal(rows.params.flags & kept, kept);
+    assert_int_equal(rows.params.flags & (FA_FLAG_CAUSAL | FA_FLAG_BOTTOM_RIGHT), 0);
+    assert_true(rows.params.heads_q == 8 && rows.params.len_q == 4 && rows.d.len_q == 4);
+    assert_true(rows.params.q_head == 4 * pr.params.q_head && rows.params.q_token == pr.params.q_head);
+    assert_int_equal(pr.params.flags & FA_FLAG_HEAD_ROWS, 0); /* the call itself: never */
+
+    fcl_attention_desc top_left = d;
+    top_left.causal = FCL_CAUSAL_TOP_LEFT;
+    assert_int_equal(fcl_attention_resolve(NULL, &top_left, &with, &pr), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_gqa_rows(&pr, &rows), 0);
+    const fcl_attention_given offsets = {.query_offsets = 1};
+    assert_int_equal(fcl_attention_resolve(NULL, &d, &offsets, &pr), FCL_SUCCESS);
+    assert_int_equal(fcl_attention_gqa_rows(&pr, &rows), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -986,7 +1016,7 @@ int main(void)
         cmocka_unit_test(test_any_limits_give_runnable_plans),
         cmocka_unit_test(test_local_mem_count_is_fitted), cmocka_unit_test(test_mma_path_rules),
         cmocka_unit_test(test_tuning), cmocka_unit_test(test_tuning_resolve),
-        cmocka_unit_test(test_softmax_nv_plan),
+        cmocka_unit_test(test_softmax_nv_plan), cmocka_unit_test(test_gqa_rows_rewrite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
