@@ -761,8 +761,18 @@ static fcl_dtype parse_dtype(const char *s)
 
 /* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN, ,l and ,m in any order; 0 where
  * malformed. */
+/* Whether the option text at p is the single letter `letter`: ",x" then ',' or the end. */
+static int is_letter_option(const char *p, char letter)
+{
+    return p[0] == ',' && p[1] == letter && (p[2] == ',' || !p[2]);
+}
+
 static int parse_attention(const char *arg, bench_case *c)
 {
+    static const struct {
+        char letter;
+        int mod;
+    } mod_letters[] = {{'m', MOD_MASK}, {'k', MOD_SINKS}, {'a', MOD_ALIBI}, {'w', MOD_WINDOW}};
     size_t b, h, hkv = 0, lq, lk, d;
     int used = 0;
     if (sscanf(arg, "%zu,%zu/%zu,%zu,%zu,%zu%n", &b, &h, &hkv, &lq, &lk, &d, &used) != 6 &&
@@ -773,19 +783,16 @@ static int parse_attention(const char *arg, bench_case *c)
     *c = (bench_case)A(b, h, lq, lk, d, 0);
     c->heads_kv = hkv;
     for (const char *p = arg + used; *p;) {
-        int n = 0;
-        if (strncmp(p, ",c", 2) == 0 && (p[2] == ',' || !p[2]))
+        int n = 0, mod = 0;
+        for (size_t i = 0; i < sizeof mod_letters / sizeof mod_letters[0]; i++)
+            if (is_letter_option(p, mod_letters[i].letter))
+                mod = mod_letters[i].mod;
+        if (mod)
+            c->mods |= mod, p += 2;
+        else if (is_letter_option(p, 'c'))
             c->causal = 1, p += 2;
-        else if (strncmp(p, ",l", 2) == 0 && (p[2] == ',' || !p[2]))
+        else if (is_letter_option(p, 'l'))
             c->blhd = 1, p += 2;
-        else if (strncmp(p, ",m", 2) == 0 && (p[2] == ',' || !p[2]))
-            c->mods |= MOD_MASK, p += 2;
-        else if (strncmp(p, ",k", 2) == 0 && (p[2] == ',' || !p[2]))
-            c->mods |= MOD_SINKS, p += 2;
-        else if (strncmp(p, ",a", 2) == 0 && (p[2] == ',' || !p[2]))
-            c->mods |= MOD_ALIBI, p += 2;
-        else if (strncmp(p, ",w", 2) == 0 && (p[2] == ',' || !p[2]))
-            c->mods |= MOD_WINDOW, p += 2;
         else if ((sscanf(p, ",p%zu%n", &c->page_size, &n) == 1 && c->page_size) ||
                  (sscanf(p, ",s%zu%n", &c->kv_splits, &n) == 1 && c->kv_splits))
             p += n;
