@@ -705,19 +705,13 @@ FCL_INLINE void FCL_CAT(fa_kvd_weigh, FA_NAME)(
                 top = fmax(top, x[nb][e]);
             }
     } else {
-        const float slope = fa_slope(p, io, &w->s, qi); /* row g's head's (0 without ALiBi) */
         #pragma unroll
         for (uint nb = 0; nb < 2; nb++)
             #pragma unroll
             for (uint e = 0; e < 2; e++) {
                 const uint key = nb * 8 + 2 * t + e;
-                float v = s[nb][e] * qk_scale;
-                if (p->flags & FA_FLAG_SOFTCAP)
-                    v = fa_softcap(p->softcap, v);
-                if (p->flags & FA_FLAG_ALIBI)
-                    v -= slope * fa_alibi_distance(w, fa_query_index(p, qi), kb + key);
-                if (p->flags & FA_MASKS)
-                    v = fa_masked(p, io, w, v, qi, kb + key, slope, key < keys_in && qi < w->s.len_q);
+                const float v = fa_modified_score(p, io, w, s[nb][e] * qk_scale, qi, kb + key,
+                                                  key < keys_in && qi < w->s.len_q);
                 x[nb][e] = key < keys_in ? v : -INFINITY;
                 top = fmax(top, x[nb][e]);
             }
