@@ -424,7 +424,9 @@ FCL_INLINE float fa_slope(const fa_params *p, const fa_io *io, const fa_seq *s, 
  * (batch, head) (of heads_step heads from s.h, which share a kv head, in the decode kernel:
  * a constant 1 elsewhere, so that the divisions by it fold away),
  * one key split, and the keys they visit: the split, within L_kv(b), cut where causality or
- * the window hides every key from every query of the block. */
+ * the window hides every key from every query of the block. With a window the splits start
+ * at the block's first visible key, so that a few short splits cover the window wherever it
+ * lies (the planner sizes them for the window's keys: src/plan.c, visible_span). */
 typedef struct {
     fa_seq s;
     ulong q0, split;
@@ -440,13 +442,16 @@ FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong
     w.q0 = (g % p->q_tiles) * block_q;
     w.split = g / (p->q_tiles * heads_total);
     w.s = fa_sequence(p, io, bh / head_steps, (bh % head_steps) * heads_step);
-    w.kv_begin = w.split * p->split_len;
-    w.kv_end = min(w.s.len_kv, w.kv_begin + p->split_len);
     if (w.q0 >= w.s.len_q) {
-        w.kv_end = 0; /* no query of the block exists: nothing to visit */
+        w.kv_begin = w.kv_end = 0; /* no query of the block exists: nothing to visit */
         return w;
     }
     const long first_q = (long)w.q0, last_q = (long)min(w.q0 + block_q, w.s.len_q) - 1;
+    const long base = (p->flags & FA_FLAG_WINDOW)
+                          ? max(fa_query_pos(p, &w.s, (ulong)first_q) - (long)p->window_left, 0L)
+                          : 0L;
+    w.kv_begin = (ulong)base + w.split * p->split_len;
+    w.kv_end = min(w.s.len_kv, w.kv_begin + p->split_len);
     long hi = (long)w.kv_end - 1, lo = (long)w.kv_begin;
     if (p->flags & FA_FLAG_CAUSAL)
         hi = min(hi, last_q + w.s.causal_offset);

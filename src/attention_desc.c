@@ -334,6 +334,13 @@ fcl_status fcl_attention_resolve(fcl_context *ctx, const fcl_attention_desc *des
                                  packed_kv, d.heads_kv, kv_tokens, &d.v_view, &d.v_scales_view);
     if (s != FCL_SUCCESS)
         return s;
+    /* Without query_offsets a query's position p(i) = i + L_kv(b) - L_q(b) is at most
+     * L_kv(b) - 1 - (L_q(b) - 1 - i): a window reaching len_q - 1 keys past it reaches the
+     * last key, as any wider one does. So cut, the window keeps its keys and tells the
+     * planner how many a block of queries may see (plan.c's visible_span: decoding with an
+     * unbounded right side, for one, then splits the window's keys, not the cache's). */
+    if (d.window && !given->query_offsets)
+        d.window_right = min_size(d.window_right, d.len_q - 1);
     pr->d = d;
 
     fcl_attention_params *p = &pr->params;

@@ -915,6 +915,18 @@ static int fit_attention_loop_cap(const fcl_device_info *info, loop_cost c, size
     return 1;
 }
 
+/* Keys a block of at most bq queries may see: with a window, its width and the block's
+ * queries (fa_locate starts a window's splits at the block's first visible key), else all. */
+static size_t visible_span(const fcl_attention_desc *d, size_t bq)
+{
+    if (!d->window)
+        return d->len_kv;
+    size_t span = d->window_left;
+    span = span > SIZE_MAX - d->window_right ? SIZE_MAX : span + d->window_right;
+    span = span > SIZE_MAX - bq ? SIZE_MAX : span + bq;
+    return min_size(span, d->len_kv);
+}
+
 /* A launch of path with blocks of bq queries and bk keys: the key splits that fill the
  * device (within the scratch memory and the loop cap) and the work-groups. decode: a step
  * holds one query row (or a GQA group's rows): many short key splits fill the device, or one
@@ -932,7 +944,8 @@ static fcl_status plan_launch(const fcl_device_info *info, const fcl_attention_d
                                                           : 1;
     if (path == FCL_ATTENTION_PATH_ROWS && !one_query)
         bq /= heads_step; /* the rows kernel's lanes: bq / heads_step queries of each head */
-    size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(d->len_kv, bk);
+    /* (bq: here at least a block's queries, as visible_span needs) */
+    size_t q_tiles = ceil_div(d->len_q, bq), kv_tiles = ceil_div(visible_span(d, bq), bk);
     size_t work = q_tiles * d->batch * (d->heads_q / heads_step);
     const size_t wave = (size_t)info->compute_units *
                         (wave_per_cu ? wave_per_cu : FCL_ATTENTION_ONE_WAVE_GROUPS_PER_CU(bucket));

@@ -118,8 +118,9 @@ static void test_leftpad_kv(void **state)
 
 /* Queries and keys that are parts of longer sequences (a shard of the keys, a ring's block):
  * query i at p(i) = i + query_offsets[b] among the keys, for causality in either mode, the
- * window and ALiBi; offsets past the keys, negative (no key visible to a causal query) and
- * an empty sequence. */
+ * window (its right side wider than the queries, which without offsets reaches the last key)
+ * and ALiBi; offsets past the keys, negative (no key visible to a causal query) and an empty
+ * sequence. */
 static void test_query_offsets(void **state)
 {
     (void)state;
@@ -131,7 +132,7 @@ static void test_query_offsets(void **state)
                                  .causal = c == 0 ? FCL_CAUSAL_BOTTOM_RIGHT
                                            : c == 1 ? FCL_CAUSAL_TOP_LEFT : FCL_CAUSAL_NONE}};
         if (c == 2)
-            r.d.window = 1, r.d.window_left = 6, r.d.window_right = 2;
+            r.d.window = 1, r.d.window_left = 6, r.d.window_right = 9; /* past len_q - 1 */
         attention_contiguous_inputs(&r);
         r.io.seqlens_kv = lens;
         r.io.query_offsets = offsets;
@@ -293,6 +294,19 @@ static void test_window(void **state)
                                      .kv_splits = (size_t)(s % 2 + 1) * 2 - 1}};
             attention_contiguous_inputs(&r);
             check_attention_run(&r); /* len_q > len_kv: early queries' windows hold no key at all */
+            attention_free_inputs(&r);
+        }
+    /* A window inside a long cache: the key splits start at a block's first visible key
+     * (fa_locate), the planner's and 3 forced ones over a window wider than a key tile. */
+    for (size_t len_q = 1; len_q <= 40; len_q += 39)
+        for (size_t splits = 0; splits <= 3; splits += 3) {
+            attention_run r = {.d = {.batch = 2, .heads_q = 2, .len_q = len_q,
+                                     .len_kv = support_small() ? 300 : 1000, .head_dim = 32,
+                                     .window = 1, .window_left = 150, .window_right = 20,
+                                     .causal = len_q > 1 ? FCL_CAUSAL_BOTTOM_RIGHT : FCL_CAUSAL_NONE,
+                                     .kv_splits = splits}};
+            attention_contiguous_inputs(&r);
+            check_attention_run(&r);
             attention_free_inputs(&r);
         }
 }

@@ -459,6 +459,12 @@ static void test_attention_splits(void **state)
     assert_true(l.work == 64 && l.splits == 8);
     assert_int_equal(fcl_plan_attention(&nv90, &d, &l), FCL_SUCCESS);
     assert_int_equal(l.splits, 9);
+    /* A window of 1024 keys: splits for its keys (fa_locate starts them at the window), not
+     * for the cache's 32K. */
+    fcl_attention_desc windowed = gqa;
+    windowed.window = 1, windowed.window_left = 1023, windowed.window_right = 0;
+    assert_int_equal(fcl_plan_attention(&nv90, &windowed, &l), FCL_SUCCESS);
+    assert_true(l.split_len * l.splits >= 1024 && l.split_len * l.splits <= 2048);
     /* From a paged cache, two waves (16 splits); multi-head decoding keeps its splits. */
     fcl_attention_desc paged = gqa;
     paged.page_size = 16;
