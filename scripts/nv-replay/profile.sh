@@ -9,7 +9,8 @@
 #   e.g. scripts/nv-replay/profile.sh build attention_kvdec_d128 /tmp/prof \
 #          --dtype f16 --kv int8 --attention 8,32/8,1,32768,128
 # OUT_DIR gets the capture (cap/), KERNEL.ncu-rep and its details, raw metrics and SASS
-# with stall samples as text (PROF_LIST=1 with the bench lists the kernels' names).
+# with stall samples as text (PROF_LIST=1 with the bench lists the kernels' names);
+# scripts/nv-replay/phases.py OUT_DIR/KERNEL-sass.csv splits the samples by barrier.
 set -eu
 build=$1 kernel=$2 out=$3
 shift 3
