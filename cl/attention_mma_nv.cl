@@ -1527,8 +1527,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 
             /* V tile in; every warp is done with the K tile; the next tile's rows are known.
              * The statistics come between this barrier and V's decoding, with no branch
-             * between them, so that the compiler interleaves the two (the work-group, one an
-             * SM at 253 registers, has no other warps to run while its warps decode). H200,
+             * between them in a build for one format, so that the compiler interleaves the
+             * two (the work-group, one an SM at 251-255 registers, has no other warps to run
+             * while its warps decode: ncu, scripts/nv-replay/phases.py). H200,
              * B4 H16 L4096 causal prefill, one call, against the statistics after the
              * decoding and the modifiers after this barrier, ms: D128 q8_0 2.89 -> 2.67, q4_0
              * 2.75 -> 2.63, int8 1.95 -> 1.90, fp8 2.03-2.05 -> 1.98-1.99, f16 1.38 -> 1.36-1.37;
