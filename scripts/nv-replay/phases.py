@@ -26,16 +26,17 @@ def main():
     header = rows[1]
     col = {name: i for i, name in enumerate(header)}
     stall_names = [h for h in header if h.startswith('stall_') and 'Not Issued' not in h]
-    phases = [{'ops': collections.Counter(), 'counts': [], 'stalls': collections.Counter(),
-               'samples': 0, 'first': 0}]
+    def phase_from(first):
+        return {'ops': collections.Counter(), 'counts': [], 'stalls': collections.Counter(),
+                'samples': 0, 'first': first}
+
+    phases = [phase_from(0)]
     for line in rows[2:]:
         if len(line) < len(header):
             continue
         op = opcode(line[col['Source']].strip())
         if op == 'BAR':
-            phases.append({'ops': collections.Counter(), 'counts': [],
-                           'stalls': collections.Counter(), 'samples': 0,
-                           'first': int(line[col['Address']], 16)})
+            phases.append(phase_from(int(line[col['Address']], 16)))
         phase = phases[-1]
         executed = int(line[col['Instructions Executed']] or 0)
         phase['ops'][op] += executed
