@@ -759,14 +759,14 @@ static fcl_dtype parse_dtype(const char *s)
                                                                           : FCL_DTYPE_F32;
 }
 
-/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN, ,l and ,m in any order; 0 where
- * malformed. */
 /* Whether the option text at p is the single letter `letter`: ",x" then ',' or the end. */
 static int is_letter_option(const char *p, char letter)
 {
     return p[0] == ',' && p[1] == letter && (p[2] == ',' || !p[2]);
 }
 
+/* An --attention case, B,H[/Hkv],Lq,Lk,D then ,c, ,pN, ,sN, ,l, ,m, ,k, ,w and ,a in any
+ * order; 0 where malformed. */
 static int parse_attention(const char *arg, bench_case *c)
 {
     static const struct {
