@@ -447,20 +447,17 @@ FCL_INLINE fa_work fa_locate(const fa_params *p, const fa_io *io, ulong g, ulong
         return w;
     }
     const long first_q = (long)w.q0, last_q = (long)min(w.q0 + block_q, w.s.len_q) - 1;
+    /* (the window's first key is where its splits start, so that only the end is cut) */
     const long base = (p->flags & FA_FLAG_WINDOW)
                           ? max(fa_query_pos(p, &w.s, (ulong)first_q) - (long)p->window_left, 0L)
                           : 0L;
     w.kv_begin = (ulong)base + w.split * p->split_len;
-    w.kv_end = min(w.s.len_kv, w.kv_begin + p->split_len);
-    long hi = (long)w.kv_end - 1, lo = (long)w.kv_begin;
+    long hi = (long)min(w.s.len_kv, w.kv_begin + p->split_len) - 1;
     if (p->flags & FA_FLAG_CAUSAL)
         hi = min(hi, last_q + w.s.causal_offset);
-    if (p->flags & FA_FLAG_WINDOW) {
+    if (p->flags & FA_FLAG_WINDOW)
         hi = min(hi, fa_query_pos(p, &w.s, (ulong)last_q) + (long)p->window_right);
-        lo = max(lo, fa_query_pos(p, &w.s, (ulong)first_q) - (long)p->window_left);
-    }
-    w.kv_begin = (ulong)max(lo, 0L);
-    w.kv_end = hi < lo ? w.kv_begin : (ulong)hi + 1;
+    w.kv_end = hi < (long)w.kv_begin ? w.kv_begin : (ulong)hi + 1;
     return w;
 }
 
