@@ -34,7 +34,10 @@
  * its own; GQA decoding (a group's heads as the rows of one tile) gives FA_MMA_KWARPS warps
  * the same rows and each a share of the keys, whose states are merged at the end. K and V
  * tiles of FA_MMA_BK keys are copied into local memory by cp.async (the V tile while the
- * scores of the K tile are computed, the next K tile while the V tile is used); S = q K^T
+ * scores of the K tile are computed, the next K tile while the V tile is used; coded tiles as
+ * bytes, decoded in local memory, but K in the builds for one format with f16 q, whose codes
+ * each work-item reads from global memory during P V and decodes into the tile after it,
+ * FA_MMA_K_DIRECT); S = q K^T
  * and O += P V are mma.sync with float32 accumulators; the online softmax (m, l) of each row
  * runs in the registers of the 4 lanes that hold the row, reduced by shfl.sync; P is rounded
  * to the storage type for the second product, as FlashAttention-2 does (float32 storage:
@@ -507,6 +510,16 @@ FCL_INLINE void fa_mma_3xtf32(float *d, const float *a_big, const float *a_small
  * not under float32 q, whose output keeps float32's (codes are exact in f16, the factors
  * apply in float32) */
 #define FA_MMA_VALUES (FA_MMA_F16_TILES && !FA_MMA_Q32)
+/* K decoded from global memory beside the second product (fa_mma_k_fetch): the builds for
+ * one format with f16 tiles and f16 q (H200, B4 H16 L4096 causal prefill, one call, two
+ * rounds, ms: D128 q8_0 2.65 -> 2.57, fp8_e4m3 1.98-2.00 -> 1.82, int8 with TOKEN scales
+ * 2.41-2.44 -> 2.25, int8 1.87-1.88 -> 1.89-1.91; D64 q8_0 1.58-1.60 -> 1.45, int8 1.19-1.20
+ * -> 1.14; float32 q over q8_0 at D64 2.48-2.49 -> 2.61, which keeps K's staging) */
+#if FA_MMA_KV && FA_MMA_FORMAT_K && FA_MMA_F16_TILES && !FA_MMA_Q32
+#define FA_MMA_K_DIRECT 1
+#else
+#define FA_MMA_K_DIRECT 0
+#endif
 
 /* ---- what depends on the storage type: the elements of the tiles and of q's fragments, the
  * q.k columns of one product (FA_MMA_KDIMS), q's fragments, and the two products ---- */
@@ -733,15 +746,13 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile_of, FA_NAME)(__local ushort (*tile)[F
                       fa_f16x2_finite(codes[n].z) & fa_f16x2_finite(codes[n].w);
         if (!values && col % 32 == 0) {
             blk_d[col / 32][row] = d[n];
-            blk_m[col / 32][row] = m[n];
+            if (with_m) /* (blk_m has one row in the builds for one format) */
+                blk_m[col / 32][row] = m[n];
         }
         *(__local uint4 *)&tile[row][col] = codes[n];
     }
     if (values && !finite_all)
         atomic_or(redo, 1u);
-#undef FA_MMA_COPIES
-#undef FA_MMA_COPY_ROW
-#undef FA_MMA_COPY_COL
 }
 
 /* fa_mma_decode_tile_of with the format a constant for the common formats: each one's loop is
@@ -773,6 +784,93 @@ FCL_INLINE void FCL_CAT(fa_mma_decode_tile, FA_NAME)(__local ushort (*tile)[FA_M
 #endif
 #undef FA_MMA_DECODE_AS
 }
+#endif
+
+#if FA_MMA_K_DIRECT
+/* K's tile straight from global memory, in a build for one format (FA_MMA_FORMAT_K) with f16
+ * tiles: each work-item reads its copies' codes into registers (fa_mma_k_fetch) before the
+ * second product of the tile before and writes them to the tile after it (fa_mma_k_store), so
+ * that K's decoding runs beside that product, with neither K's staging nor its barriers. Its
+ * copies are fa_mma_decode_tile_of's (FA_MMA_COPIES). */
+/* Two words from 16-bit loads (an address 2 bytes past a multiple of 4: ggml's blocks of 34
+ * and 18 bytes), or one 8-byte load where wide. */
+FCL_INLINE uint2 fa_mma_k_word_pair(__global const uchar *at, int wide)
+{
+    if (wide)
+        return *(__global const uint2 *)at;
+    __global const ushort *h = (__global const ushort *)at;
+    return (uint2)(h[0] | (uint)h[1] << 16, h[2] | (uint)h[3] << 16);
+}
+
+/* The codes of values [col, col + 8) of each of the work-item's copies of rows [k0, k0 +
+ * FA_MMA_BK) of K (row r at byte row_at[r] of src, in format FA_MMA_FORMAT_K) as two words,
+ * and their block's d (1 for int8 and fp8); rows past end and columns past dim read row k0's
+ * first codes, which fa_mma_k_store makes zeros. wide: int8's and fp8's rows at multiples of
+ * 8 bytes. */
+FCL_INLINE void FCL_CAT(fa_mma_k_fetch, FA_NAME)(uint2 *words, float *d, __global const uchar *src,
+                                                __local const ulong *row_at, ulong k0,
+                                                ulong end, uint format, uint dim, int wide)
+{
+    #pragma unroll
+    for (uint n = 0; n < FA_MMA_COPIES; n++) {
+        const int inside = FA_MMA_COPY_ROW(n) < end - k0 && FA_MMA_COPY_COL(n) < dim;
+        const uint col = inside ? FA_MMA_COPY_COL(n) : 0, i = col % 32;
+        __global const uchar *row = src + row_at[inside ? FA_MMA_COPY_ROW(n) : 0];
+        if (format == FCL_KV_Q8_0 || format == FCL_KV_Q4_0) {
+            __global const uchar *b = row + col / 32 * (format == FCL_KV_Q8_0 ? 34 : 18);
+            words[n] = fa_mma_k_word_pair(b + 2 + (format == FCL_KV_Q8_0 ? i : i % 16), 0);
+            d[n] = vload_half(0, (__global const half *)b);
+        } else {
+            words[n] = fa_mma_k_word_pair(row + col, wide);
+            d[n] = 1.0f;
+        }
+    }
+}
+
+/* The copies fa_mma_k_fetch read, as f16 codes (fa_kv_codes8_fast_f16's conversions), into
+ * tile, and the blocks' d into blk_d (ggml's formats); an E4M3 NaN code without the hardware's
+ * conversion by the float path (fcl_fp8_e4m3_value), so that K keeps NaN where its codes do. */
+FCL_INLINE void FCL_CAT(fa_mma_k_store, FA_NAME)(__local ushort (*tile)[FA_MMA_ROW(FA_D)],
+                                                __local float (*blk_d)[FA_MMA_BK],
+                                                const uint2 *words, const float *d, ulong k0,
+                                                ulong end, uint format, uint dim)
+{
+    #pragma unroll
+    for (uint n = 0; n < FA_MMA_COPIES; n++) {
+        const uint row = FA_MMA_COPY_ROW(n), col = FA_MMA_COPY_COL(n);
+        const int inside = row < end - k0 && col < dim;
+        const uint w[2] = {words[n].x, words[n].y};
+        uint r[4];
+        #pragma unroll
+        for (uint k = 0; k < 4; k++) {
+            const uint pair = fa_prmt(w[k / 2], k % 2 ? 0x4342u : 0x4140u); /* 2 codes, 16 bits */
+            if (format == FCL_KV_INT8 || format == FCL_KV_Q8_0)
+                r[k] = fa_f16x2_sub((pair ^ 0x00800080u) | 0x64006400u, 0x64806480u);
+            else if (format == FCL_KV_Q4_0) /* low nibbles for values 0-15 of a block */
+                r[k] = fa_f16x2_sub((pair >> (col % 32 < 16 ? 0 : 4) & 0x000f000fu) | 0x64006400u,
+                                    0x64086408u);
+            else
+                r[k] = fa_fp8_pair_f16(w[k / 2], k % 2, format == FCL_KV_FP8_E5M2);
+        }
+        if (!FA_NV_FP8_CVT && format == FCL_KV_FP8_E4M3 &&
+            (fa_fp8_nonfinite(w[0], format) | fa_fp8_nonfinite(w[1], format))) {
+            #pragma unroll
+            for (uint k = 0; k < 4; k++) {
+                const uint at = 16 * (k % 2); /* the pair's first byte's bit */
+                r[k] = fcl_nv_pack_f16(fcl_fp8_e4m3_value(w[k / 2] >> at & 0xffu),
+                                       fcl_fp8_e4m3_value(w[k / 2] >> (at + 8) & 0xffu));
+            }
+        }
+        if ((format == FCL_KV_Q8_0 || format == FCL_KV_Q4_0) && col % 32 == 0)
+            blk_d[col / 32][row] = inside ? d[n] : 0.0f;
+        *(__local uint4 *)&tile[row][col] = inside ? (uint4)(r[0], r[1], r[2], r[3]) : (uint4)(0);
+    }
+}
+#endif
+#if FA_MMA_KV
+#undef FA_MMA_COPIES
+#undef FA_MMA_COPY_ROW
+#undef FA_MMA_COPY_COL
 #endif
 
 #if FA_MMA_F32
@@ -1302,7 +1400,11 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     __local float k_sc[2][FA_MMA_BK], v_sc[2][FA_MMA_BK];
     /* ... the block factors of the tile of ggml codes decoded last (K's during the scores,
      * V's during the second product) */
-    __local float blk_d[FA_D / 32][FA_MMA_BK], blk_m[FA_D / 32][FA_MMA_BK];
+    __local float blk_d[FA_D / 32][FA_MMA_BK];
+    /* (m: q4_1's and q5_1's, which no build for one format takes) and K's factors where K
+     * comes from global memory (FA_MMA_K_DIRECT: V's are in use meanwhile) */
+    __local float blk_m[FA_MMA_FORMAT_K ? 1 : FA_D / 32][FA_MMA_BK];
+    __local float k_blk[FA_MMA_K_DIRECT ? FA_D / 32 : 1][FA_MMA_BK];
     __local uint bad[3]; /* ... and (word 2) whether V's tile is to be decoded again as codes */
 #else
     __local float k_sc[2][1], v_sc[2][1];
@@ -1333,6 +1435,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     /* K and V each: of q's type (copied as it is) or coded (staged and decoded); the bytes
      * of a coded row and of its copies */
     const int coded_k = k_format > FCL_KV_BF16, coded_v = v_format > FCL_KV_BF16;
+    /* K's tiles fetched by copies into k_tile or raw, else read and decoded beside the second
+     * product (FA_MMA_K_DIRECT) */
+    const int k_staged = !FA_MMA_K_DIRECT;
     /* ... K in ggml blocks: codes in the tile, the blocks' factors applied to the scores (as
      * f16 values d c, as V's below, the H200's q8_0 prefill took 3.67 ms instead of 4.01, but
      * lse moved by 1.8e-5 relative, past the contract's 1e-5, and fp8 lost 14%) */
@@ -1354,7 +1459,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
     const uint pitch_k = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : (rb_k + 3) & ~3u;
     const uint pitch_v = FA_MMA_FORMAT_K ? FA_MMA_FIXED_PITCH : (rb_v + 3) & ~3u;
 #else
-    const int coded_k = 0, coded_v = 0;
+    const int coded_k = 0, coded_v = 0, k_staged = 1;
 #endif
 
     for (ulong step = get_group_id(0); step < steps; step += get_num_groups(0)) {
@@ -1378,12 +1483,24 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
         #pragma unroll
         for (uint r = 0; r < (FA_MMA_KWARPS > 1 ? FA_MMA_ROWS : 1); r++)
             slope[r] = fa_slope(p, io, &w.s, qi[r]);
+#if FA_MMA_K_DIRECT
+        uint2 k_words[FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS]; /* K's next codes */
+        float k_d[FA_MMA_BK * FA_MMA_ROW_CHUNKS / FA_MMA_THREADS];
+#endif
         if (w.kv_begin < w.kv_end) {
             FCL_CAT(fa_mma_tile_rows, FA_NAME)(k_at[0], v_at[0], k_sc[0], v_sc[0], p, io, &w.s,
                                                w.kv_begin, w.kv_end);
             barrier(CLK_LOCAL_MEM_FENCE);
+#if FA_MMA_K_DIRECT
+            FCL_CAT(fa_mma_k_fetch, FA_NAME)(k_words, k_d, (__global const uchar *)k_all, k_at[0],
+                                             w.kv_begin, w.kv_end, k_format, (uint)p->head_dim,
+                                             chunk_k >= 8);
+            FCL_CAT(fa_mma_k_store, FA_NAME)(k_tile, k_blk, k_words, k_d, w.kv_begin, w.kv_end,
+                                             k_format, (uint)p->head_dim);
+#else
             FA_MMA_FETCH_K(k_at[0], w.kv_begin);
             fa_mma_copies_commit();
+#endif
         }
 
         /* q as A fragments, straight from global memory (read once); with FA_MMA_Q32 big
@@ -1441,11 +1558,13 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE); /* K tile in; every warp is done with the last V tile */
 #if FA_MMA_KV
+#if !FA_MMA_K_DIRECT
             if (coded_k) { /* K's bytes into its tile, then raw is free for V's */
                 FCL_CAT(fa_mma_decode_tile, FA_NAME)(k_tile, blk_d, blk_m, raw, k_format, pitch_k,
                                                      (uint)p->head_dim, NULL, 0, NULL);
                 barrier(CLK_LOCAL_MEM_FENCE);
             }
+#endif
             if (lid == 0)
                 bad[0] = bad[1] = bad[2] = 0; /* for the V tile's decoding, after a barrier */
 #endif
@@ -1467,8 +1586,9 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                 FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], blk_d, blk_m,
                                                    qsum, kw * FA_MMA_WKEYS, 1, lane);
             else if (k_blocks)
-                FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], blk_d, blk_m,
-                                                   qsum, kw * FA_MMA_WKEYS, 0, lane);
+                FCL_CAT(fa_mma_scores_of, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS],
+                                                   FA_MMA_K_DIRECT ? k_blk : blk_d, blk_m, qsum,
+                                                   kw * FA_MMA_WKEYS, 0, lane);
             else
 #endif
                 FCL_CAT(fa_mma_scores, FA_NAME)(s, qf, &k_tile[kw * FA_MMA_WKEYS], lane);
@@ -1536,7 +1656,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
              * D64 q8_0 1.70 -> 1.58-1.59, fp8 1.21-1.22 -> 1.22-1.24. Then K's next tile. */
             fa_mma_copies_wait();
             barrier(CLK_LOCAL_MEM_FENCE);
-            if (!coded_v && !last) {
+            if (!coded_v && !last) { /* (never where K is not staged: V is coded as K there) */
                 FA_MMA_FETCH_K(k_at[at ^ 1], k0 + FA_MMA_BK);
                 fa_mma_copies_commit();
             }
@@ -1581,7 +1701,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     barrier(CLK_LOCAL_MEM_FENCE);
                 }
                 v_nonfinite = (bad[0] | bad[1]) != 0;
-                if (!last && !v_nonfinite) {
+                if (k_staged && !last && !v_nonfinite) {
                     FA_MMA_FETCH_K(k_at[at ^ 1], k0 + FA_MMA_BK);
                     fa_mma_copies_commit();
                 }
@@ -1609,6 +1729,14 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                     for (uint e = 0; e < 4; e++)
                         o[mt][n][e] *= alpha[2 * mt + e / 2];
 
+#if FA_MMA_K_DIRECT
+            /* K's next tile: its codes read now, written to the tile (free since V's barrier)
+             * after the second product */
+            if (!last)
+                FCL_CAT(fa_mma_k_fetch, FA_NAME)(k_words, k_d, (__global const uchar *)k_all,
+                                                 k_at[at ^ 1], k0 + FA_MMA_BK, w.kv_end, k_format,
+                                                 (uint)p->head_dim, chunk_k >= 8);
+#endif
 #if FA_MMA_KV
             uint seen[FA_MMA_ROWS][2];
             if (v_nonfinite)
@@ -1642,11 +1770,16 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
                                                        v_sc[at], v_by_token, fa_mma_pow2(unit),
                                                        kw, lane);
                 barrier(CLK_LOCAL_MEM_FENCE);
-                if (!last) {
+                if (k_staged && !last) {
                     FA_MMA_FETCH_K(k_at[at ^ 1], k0 + FA_MMA_BK);
                     fa_mma_copies_commit();
                 }
             }
+#endif
+#if FA_MMA_K_DIRECT
+            if (!last)
+                FCL_CAT(fa_mma_k_store, FA_NAME)(k_tile, k_blk, k_words, k_d, k0 + FA_MMA_BK,
+                                                 w.kv_end, k_format, (uint)p->head_dim);
 #endif
         }
         barrier(CLK_LOCAL_MEM_FENCE); /* the next step's first K tile overwrites what this read */
@@ -1719,6 +1852,7 @@ void FCL_CAT(attention, FA_NAME)(FA_KERNEL_ARGS)
 #undef FA_MMA_STAGERS
 #undef FA_MMA_FETCH
 #undef FA_MMA_VALUES
+#undef FA_MMA_K_DIRECT
 #undef FA_MMA_F16_TILES
 #undef FA_MMA_FETCH_K
 #undef FA_MMA_FETCH_V
